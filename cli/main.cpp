@@ -1,0 +1,279 @@
+// main.cpp: the `numalign` command line (judge, compare, inspect, dump, pack) on the core.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "numalign/judge.hpp"
+#include "numalign/trace.hpp"
+#include "numalign/version.hpp"
+
+namespace {
+
+using namespace numalign;
+
+constexpr const char* kFooter = R"(Examples:
+  numalign judge test.safetensors ref.safetensors truth.safetensors
+  numalign judge test.st ref.st truth.st --rule 'decoder.*=ulp:1' --format json -o report.json
+  numalign judge test.st ref.st truth.st --policy policy.json --check-bias
+  numalign compare gpu.safetensors npu.safetensors --rule ulp:1
+  numalign inspect model.safetensors.index.json
+
+Exit codes: 0 aligned, 1 not aligned, 2 could not judge (bad file, bad arguments).)";
+
+// A progress bar on stderr, only when it is a terminal and the work takes a while.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO)) {}
+  ~Progress() {
+    if (drawn_) std::fprintf(stderr, "\r%60s\r", "");
+  }
+  ProgressFn callback() {
+    if (!enabled_) return {};
+    return [this](double done, double total) {
+      if (total < 256e6) return;  // small jobs finish before a bar helps
+      const int pct = total > 0 ? static_cast<int>(100 * done / total) : 100;
+      if (pct == last_) return;
+      last_ = pct;
+      drawn_ = true;
+      const int filled = pct * 30 / 100;
+      std::fprintf(stderr, "\rjudging [%-30.*s] %3d%% of %.2f GB", filled,
+                   "==============================", pct, total / 1e9);
+      std::fflush(stderr);
+    };
+  }
+
+ private:
+  bool enabled_;
+  bool drawn_ = false;
+  int last_ = -1;
+};
+
+struct CommonOptions {
+  std::vector<std::string> rules;
+  std::string policy;
+  std::vector<std::string> only;
+  std::string format = "text";
+  std::string output = "-";
+  bool verbose = false;
+  bool no_progress = false;
+  int threads = 0;
+};
+
+void add_output_options(CLI::App* cmd, CommonOptions& c) {
+  cmd->add_option("--only", c.only, "judge only tensors matching this glob (repeatable)");
+  cmd->add_option("--format", c.format, "report format")
+      ->check(CLI::IsMember({"text", "json", "junit"}))
+      ->capture_default_str();
+  cmd->add_option("-o,--output", c.output, "write the report here (atomically) instead of stdout");
+  cmd->add_flag("-v,--verbose", c.verbose, "list every tensor with its reason");
+  cmd->add_flag("--no-progress", c.no_progress, "never draw a progress bar");
+  cmd->add_option("--threads", c.threads, "threads (default: all cores)");
+}
+
+// "GLOB=SPEC" sets an override, a bare "SPEC" the default rule.
+void apply_rules(const std::vector<std::string>& rules, JudgeOptions& o) {
+  for (const auto& r : rules) {
+    const auto eq = r.find('=');
+    if (eq == std::string::npos) {
+      o.default_rule = parse_rule(r, "--rule");
+    } else {
+      if (eq == 0) fail("--rule", "'" + r + "': empty glob before '='");
+      o.overrides.push_back({r.substr(0, eq), parse_rule(r.substr(eq + 1), "--rule"), "", "--rule"});
+    }
+  }
+}
+
+int emit(const Report& report, const CommonOptions& c) {
+  std::string text = c.format == "json"    ? render_json(report)
+                     : c.format == "junit" ? render_junit(report)
+                                           : render_text(report, c.verbose);
+  write_file_atomic(c.output, text);
+  if (c.output != "-" && c.format != "text") {
+    // Machine formats went to a file: still tell the person at the terminal the outcome.
+    const std::string brief = render_text(report);
+    std::fputs(brief.substr(brief.rfind('\n', brief.size() - 2) + 1).c_str(), stderr);
+  }
+  return report.exit_code();
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+int inspect(const std::string& path) {
+  const Trace t = Trace::open(path);
+  std::printf("%s: %zu tensors, %s of data\n", path.c_str(), t.entries().size(),
+              human_bytes(static_cast<double>(t.data_bytes())).c_str());
+  for (const auto& [k, v] : t.raw_metadata()) {
+    std::printf("metadata %s = %s\n", k.c_str(), v.size() > 200 ? (v.substr(0, 200) + "...").c_str() : v.c_str());
+  }
+  std::printf("%-40s %-12s %-18s %10s %12s %12s %12s %s\n", "tensor", "dtype", "shape", "size",
+              "min", "max", "mean", "nonfinite");
+  for (const auto& e : t.entries()) {
+    const TensorView& v = e.view;
+    std::string stats = "           -            -            - -";
+    if (is_judgeable(v.dtype) && v.numel() > 0) {
+      double lo = INFINITY, hi = -INFINITY, sum = 0;
+      std::uint64_t nonfinite = 0, finite = 0;
+      const std::size_t es = element_size(v.dtype);
+      for (std::uint64_t i = 0; i < v.numel(); ++i) {
+        const double x = to_double(v.dtype, v.data + i * es);
+        if (!std::isfinite(x)) {
+          ++nonfinite;
+          continue;
+        }
+        ++finite;
+        lo = std::min(lo, x);
+        hi = std::max(hi, x);
+        sum += x;
+      }
+      char buf[96];
+      if (finite) {
+        std::snprintf(buf, sizeof buf, "%12.5g %12.5g %12.5g %llu", lo, hi, sum / static_cast<double>(finite),
+                      static_cast<unsigned long long>(nonfinite));
+      } else {
+        std::snprintf(buf, sizeof buf, "%12s %12s %12s %llu", "-", "-", "-",
+                      static_cast<unsigned long long>(nonfinite));
+      }
+      stats = buf;
+    }
+    std::printf("%-40s %-12s %-18s %10s %s\n", e.name.c_str(), std::string(name(v.dtype)).c_str(),
+                format_shape(v.shape).c_str(), human_bytes(static_cast<double>(v.nbytes())).c_str(),
+                stats.c_str());
+  }
+  return kAligned;
+}
+
+int dump(const std::string& path, const std::string& tensor, std::uint64_t limit) {
+  const Trace t = Trace::open(path);
+  const TraceEntry* e = t.find(tensor);
+  if (!e) fail(path, "no tensor named '" + tensor + "'");
+  if (!is_judgeable(e->view.dtype)) {
+    fail(path, "tensor '" + tensor + "': dumping " + std::string(name(e->view.dtype)) + " is not supported");
+  }
+  const std::size_t es = element_size(e->view.dtype);
+  const std::uint64_t n = std::min(e->view.numel(), limit);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::byte* p = e->view.data + i * es;
+    std::printf("%llu 0x%llx %.17g\n", static_cast<unsigned long long>(i),
+                static_cast<unsigned long long>(load_bits(e->view.dtype, p)), to_double(e->view.dtype, p));
+  }
+  return kAligned;
+}
+
+int pack(const std::string& in, const std::string& out) {
+  const Trace t = Trace::open(in);
+  std::vector<NamedTensor> tensors;
+  for (const auto& e : t.entries()) tensors.push_back({e.name, e.view});
+  const auto& meta = t.raw_metadata();
+  const bool had_metadata = !meta.empty();
+  write_trace(out, tensors, had_metadata ? &meta : nullptr);
+  std::fprintf(stderr, "wrote %zu tensors to %s\n", tensors.size(), out.c_str());
+  return kAligned;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"numalign: is an implementation numerically aligned with its reference?\n"
+               "The allowance is measured against a float64 truth, not hand-picked."};
+  app.footer(kFooter);
+  app.set_version_flag("--version", std::string("numalign ") + NUMALIGN_VERSION);
+  app.require_subcommand(1);
+
+  CommonOptions common;
+  JudgeOptions options;
+  std::string test, ref, truth;
+  auto* judge_cmd = app.add_subcommand("judge", "judge TEST against REF, measured against TRUTH");
+  judge_cmd->add_option("test", test, "trace of the implementation under test")->required();
+  judge_cmd->add_option("ref", ref, "trace of the reference implementation")->required();
+  judge_cmd->add_option("truth", truth, "float64 truth trace (needed by the rmse rule)");
+  judge_cmd->add_option("--rule", common.rules,
+                        "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X (repeatable)");
+  judge_cmd->add_option("--policy", common.policy, "JSON policy file of overrides with reasons");
+  judge_cmd->add_option("--tol", options.tol, "tolerance of same() (fast path, tol/10 slack)")
+      ->capture_default_str();
+  judge_cmd->add_flag("--equal-nan", options.equal_nan, "NaN equals NaN");
+  judge_cmd->add_flag("--check-bias", options.check_bias, "fail tensors with biased rounding");
+  judge_cmd->add_flag("--larger-multiplier-for-small", options.larger_multiplier_for_small,
+                      "same()'s use_larger_multiplier_for_smaller_tensor");
+  judge_cmd->add_flag("--force-max-multiplier", options.force_max_multiplier,
+                      "same()'s force_max_multiplier (multiplier 10)");
+  add_output_options(judge_cmd, common);
+
+  std::string a, b;
+  std::string compare_rule = "exact";
+  auto* compare_cmd = app.add_subcommand("compare", "differences between two traces (no truth)");
+  compare_cmd->add_option("a", a, "first trace (taken as test)")->required();
+  compare_cmd->add_option("b", b, "second trace (taken as ref)")->required();
+  compare_cmd->add_option("--rule", compare_rule, "ulp:K, exact or abs:X")->capture_default_str();
+  add_output_options(compare_cmd, common);
+
+  std::string inspect_path;
+  auto* inspect_cmd = app.add_subcommand("inspect", "list tensors, dtypes, shapes, sizes, metadata, stats");
+  inspect_cmd->add_option("file", inspect_path, "trace, shard directory or index.json")->required();
+
+  std::string dump_path, dump_tensor;
+  std::uint64_t dump_limit = 100;
+  auto* dump_cmd = app.add_subcommand("dump", "print elements of one tensor: index, bits, exact value");
+  dump_cmd->add_option("file", dump_path)->required();
+  dump_cmd->add_option("tensor", dump_tensor)->required();
+  dump_cmd->add_option("-n,--limit", dump_limit, "at most this many elements")->capture_default_str();
+
+  std::string pack_in, pack_out;
+  auto* pack_cmd = app.add_subcommand("pack", "rewrite a trace (or shards) as one safetensors file");
+  pack_cmd->add_option("input", pack_in)->required();
+  pack_cmd->add_option("-o,--output", pack_out, "output file")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kCouldNotJudge;
+  }
+  try {
+    if (*judge_cmd || *compare_cmd) {
+      if (*compare_cmd) {
+        options.default_rule = parse_rule(compare_rule, "--rule");
+        if (options.default_rule.kind == RuleKind::kRmse) {
+          fail("--rule", "compare has no truth: use ulp:K, exact or abs:X (or judge with a truth)");
+        }
+        test = a;
+        ref = b;
+      }
+      if (!common.policy.empty()) load_policy(common.policy, options);
+      apply_rules(common.rules, options);
+      options.threads = common.threads;
+      check_override_reasons(options);
+      const Trace test_trace = Trace::open(test);
+      const Trace ref_trace = Trace::open(ref);
+      std::optional<Trace> truth_trace;
+      if (!truth.empty()) truth_trace = Trace::open(truth);
+      Progress progress(!common.no_progress);
+      Report report = judge(test_trace, ref_trace, truth_trace ? &*truth_trace : nullptr, options,
+                            common.only, progress.callback());
+      return emit(report, common);
+    }
+    if (*inspect_cmd) return inspect(inspect_path);
+    if (*dump_cmd) return dump(dump_path, dump_tensor, dump_limit);
+    if (*pack_cmd) return pack(pack_in, pack_out);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "numalign: error: %s\n", e.what());
+    return kCouldNotJudge;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "numalign: error: %s\n", e.what());
+    return kCouldNotJudge;
+  }
+  return kCouldNotJudge;
+}

@@ -1,0 +1,33 @@
+// numalign/judge.hpp: judging whole traces, or tensors in memory, into a Report.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "numalign/report.hpp"
+#include "numalign/rules.hpp"
+#include "numalign/trace.hpp"
+
+namespace numalign {
+
+// One tensor to judge; test or ref may be null (missing on that side), truth may be null.
+struct TensorTriple {
+  std::string name;
+  const TensorView* test = nullptr;
+  const TensorView* ref = nullptr;
+  const TensorView* truth = nullptr;
+};
+
+using ProgressFn = std::function<void(double done_bytes, double total_bytes)>;
+
+Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
+                     const ProgressFn& progress = {});
+
+// Judges every tensor of ref (or those matching one of `only`, when given) against the
+// same-named tensors of test and truth, adding warnings the traces' metadata reveals.
+Report judge(const Trace& test, const Trace& ref, const Trace* truth,
+             const JudgeOptions& options, const std::vector<std::string>& only = {},
+             const ProgressFn& progress = {});
+
+}  // namespace numalign

@@ -1,0 +1,88 @@
+// numalign/metrics.hpp: every per-tensor metric, from one fused pass over test, ref and truth.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+
+#include "numalign/tensor.hpp"
+
+namespace numalign {
+
+// ULP histogram bins: 0, 1, 2, 3-4, 5-8, ..., (2^62, 2^63], (2^63, 2^64), then "inf" for a
+// NaN against a number (or NaN against NaN without equal_nan).
+inline constexpr int kUlpBins = 67;
+inline constexpr int kUlpInfBin = kUlpBins - 1;
+int ulp_bin(std::uint64_t distance);
+std::string ulp_bin_label(int bin);
+
+struct NonFinite {
+  std::uint64_t nan = 0;
+  std::uint64_t inf = 0;
+};
+
+struct UlpStats {
+  std::uint64_t max = 0;  // over elements whose distance is finite
+  bool any_inf = false;   // some element is NaN on one side only
+  std::uint64_t max_index = 0;
+  std::array<std::uint64_t, kUlpBins> hist{};
+};
+
+struct Metrics {
+  std::uint64_t numel = 0;
+  bool floating = false;   // test/ref dtype is a floating type
+  bool has_truth = false;  // truth was given and could be read as numbers
+
+  // Test and truth, ref and truth (valid when has_truth).
+  double error = 0;     // RMSE(test, truth)
+  double baseline = 0;  // RMSE(ref, truth)
+  double max_abs_truth = 0;
+  std::uint64_t max_abs_truth_index = 0;
+  double rel_l2 = 0;      // ||test - truth|| / ||truth||
+  double cosine = 0;      // cos(test, truth); NaN when a norm is 0
+  double mean_error = 0;  // mean(test - truth), the bias
+  double eb_test = 0;     // error balance of magnitudes, test vs truth
+  double eb_ref = 0;      // the same for ref
+  std::uint64_t test_differs_truth = 0;  // #(test != truth)
+  std::uint64_t ref_differs_truth = 0;
+
+  // Test and ref.
+  double max_abs_ref = 0;
+  std::uint64_t max_abs_ref_index = 0;
+  std::uint64_t not_close = 0;     // elements outside allclose(ref, test, tol, tol, equal_nan)
+  std::uint64_t bits_differ = 0;   // elements whose bit patterns differ
+  std::uint64_t values_differ = 0; // elements whose ULP distance is not 0
+  UlpStats ulp;                    // floating types only
+
+  NonFinite test_nonfinite, ref_nonfinite, truth_nonfinite;
+};
+
+struct MetricOptions {
+  double tol = 1e-4;       // atol = rtol = tol of the allclose fast path
+  bool equal_nan = false;  // NaN == NaN for allclose and ULP
+};
+
+// One tensor's three inputs. test and ref must have equal dtype and numel; truth (optional)
+// must have ref's numel and may be any judgeable dtype (F64 for the rmse rule).
+struct MetricsInput {
+  const TensorView* test = nullptr;
+  const TensorView* ref = nullptr;
+  const TensorView* truth = nullptr;
+};
+
+// Computes metrics for many tensors at once, in parallel over tensors and over chunks of
+// large tensors (threads <= 0: all cores). Results are deterministic: chunks merge in order.
+// `progress`, when set, is called with (bytes done, bytes total) from the calling thread.
+std::vector<Metrics> compute_metrics(std::span<const MetricsInput> inputs,
+                                     const MetricOptions& options, int threads = 0,
+                                     const std::function<void(double, double)>& progress = {});
+Metrics compute_metrics(const TensorView& test, const TensorView& ref, const TensorView* truth,
+                        const MetricOptions& options = {});
+
+// allclose(truth.to(test dtype), test, 4e-2, 4e-2): `same()`'s escape for a NaN in ref only.
+// A second pass, run only in that corner case.
+bool loosely_close_to_truth(const TensorView& test, const TensorView& truth, bool equal_nan);
+
+}  // namespace numalign

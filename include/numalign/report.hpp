@@ -1,0 +1,50 @@
+// numalign/report.hpp: per-tensor results, their order (could-not-judge, failures worst
+// first, passes in trace order) and the text, JSON and JUnit renderings.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "numalign/error.hpp"
+#include "numalign/metrics.hpp"
+#include "numalign/rules.hpp"
+
+namespace numalign {
+
+struct TensorResult {
+  std::string name;
+  VerdictKind verdict = VerdictKind::kPass;
+  std::string rule;             // spec of the rule applied ("" when none could apply)
+  std::string reason;           // why it failed / could not be judged / passed
+  std::string override_reason;  // the written reason of the override that chose the rule
+  std::optional<DType> dtype;   // test dtype (ref's when test is missing)
+  Shape shape;
+  std::optional<Metrics> metrics;
+  std::optional<double> ratio, limit;
+  bool bias_failed = false;
+  std::size_t order = 0;  // position in the reference trace
+};
+
+struct Report {
+  std::string title;  // "test.safetensors vs ref.safetensors (truth: truth.safetensors)"
+  std::string settings;  // "rule rmse, tol 1e-04"
+  std::vector<TensorResult> tensors;
+  std::vector<std::string> warnings;
+
+  std::size_t count(VerdictKind k) const;
+  bool aligned() const { return count(VerdictKind::kFail) == 0 && count(VerdictKind::kError) == 0; }
+  ExitCode exit_code() const;
+  // The failing (or erroring) tensor with the largest ratio/limit; null when none.
+  const TensorResult* worst() const;
+  void sort();  // errors, then failures by ratio/limit descending, then passes by order
+};
+
+// ratio / limit, the number failures are sorted by (inf when the limit is 0 and ratio > 0).
+double severity(const TensorResult& r);
+
+std::string render_text(const Report& report, bool verbose = false);
+std::string render_json(const Report& report);
+std::string render_junit(const Report& report);
+
+}  // namespace numalign

@@ -1,0 +1,90 @@
+// numalign/rules.hpp: the rules (rmse vs truth, ulp:K, exact, abs:X), their constants as in
+// PyTorch's `torch._dynamo.utils.same()`, per-tensor overrides and the policy file.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "numalign/metrics.hpp"
+#include "numalign/tensor.hpp"
+
+namespace numalign {
+
+enum class RuleKind { kRmse, kUlp, kExact, kAbs };
+
+struct Rule {
+  RuleKind kind = RuleKind::kRmse;
+  // ulp: K; abs: X; rmse: a fixed multiplier replacing same()'s table (0 = the table).
+  double param = 0;
+  std::string spec() const;  // "rmse", "rmse:5", "ulp:1", "exact", "abs:0.13"
+};
+
+// Parses a rule spec; throws Error naming `where` on a bad one.
+Rule parse_rule(std::string_view spec, const std::string& where = "--rule");
+
+// A rule for the tensors whose names match `glob` (`*` any run of characters, `?` one).
+struct Override {
+  std::string glob;
+  Rule rule;
+  std::string reason;  // required when the override loosens the default
+  std::string origin;  // "--rule" or the policy file, for messages
+};
+
+bool glob_match(std::string_view pattern, std::string_view name);
+
+struct JudgeOptions {
+  double tol = 1e-4;  // same()'s tol: allclose fast path and the tol/10 slack
+  bool equal_nan = false;
+  bool larger_multiplier_for_small = false;  // same()'s use_larger_multiplier_for_smaller_tensor
+  bool force_max_multiplier = false;         // same()'s force_max_multiplier
+  bool check_bias = false;                   // fail tensors whose error balance is biased
+  Rule default_rule;                         // for floating tensors; others are exact
+  std::vector<Override> overrides;           // later entries win
+  int threads = 0;                           // 0: all cores
+};
+
+// Reads a policy file (JSON) into options: {"default": SPEC, "tol": X, "check_bias": B,
+// "overrides": [{"match": GLOB, "rule": SPEC, "reason": TEXT}]}. Throws Error naming the file.
+void load_policy(const std::string& path, JudgeOptions& options);
+void parse_policy(std::string_view json, const std::string& path, JudgeOptions& options);
+
+// Throws Error when an override loosens a rule without a written reason: ulp:K with K > 1,
+// or an rmse multiplier above the largest of same()'s defaults for its dtype class.
+void check_override_reasons(const JudgeOptions& options);
+
+// same()'s multiplier, in its order: force_max -> 10; base 3 for fp16/bf16/fp8 else 2;
+// with larger_multiplier_for_small: numel <= 10 -> 10, numel <= 500 -> 8; otherwise 3 when
+// numel < 1000, or 4-D with the last two dims 1, or tol >= 2e-2.
+double rmse_multiplier(DType dtype, const Shape& shape, double tol, bool larger_for_small,
+                       bool force_max);
+
+enum class VerdictKind { kPass, kFail, kError };
+
+struct Verdict {
+  VerdictKind kind = VerdictKind::kPass;
+  std::string reason;           // why it failed or could not be judged; how it passed
+  std::optional<double> ratio;  // the rule's measure (rmse: error / baseline)
+  std::optional<double> limit;  // its bound (rmse: the multiplier)
+  bool bias_failed = false;     // the bias check would fail (a warning unless check_bias)
+  std::vector<std::string> warnings;
+};
+
+// The rule that applies to a tensor and, when an override chose it, that override.
+struct RuleChoice {
+  Rule rule;
+  const Override* override = nullptr;
+};
+RuleChoice choose_rule(const std::string& name, DType dtype, const JudgeOptions& options);
+
+// Applies a rule to metrics of test/ref/truth that already agree in dtype and shape.
+// truth may be null (ulp / exact / abs need none).
+Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorView& ref,
+                 const TensorView* truth, const Metrics& metrics, const JudgeOptions& options);
+
+// The bias check of DESIGN section 3: |EB(test)| above both 4/sqrt(#(t != u)) and
+// 2|EB(ref)| + 0.05.
+bool bias_check_fails(const Metrics& metrics);
+
+}  // namespace numalign

@@ -1,0 +1,33 @@
+// numalign/tensor.hpp: a non-owning view of one tensor's bytes (a trace entry, a buffer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "numalign/dtype.hpp"
+
+namespace numalign {
+
+using Shape = std::vector<std::uint64_t>;
+
+struct TensorView {
+  DType dtype = DType::F32;
+  Shape shape;
+  const std::byte* data = nullptr;  // numel() elements, little-endian, C order
+
+  std::uint64_t numel() const {
+    std::uint64_t n = 1;
+    for (std::uint64_t d : shape) n *= d;
+    return n;
+  }
+  std::uint64_t nbytes() const { return numel() * static_cast<std::uint64_t>(bits(dtype)) / 8; }
+};
+
+// "[2, 3]" for messages and reports.
+std::string format_shape(const Shape& shape);
+// Multi-dimensional index of a flat C-order position: "(1, 2)"; "()" for scalars.
+std::string format_index(const Shape& shape, std::uint64_t flat);
+
+}  // namespace numalign

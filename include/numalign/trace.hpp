@@ -1,0 +1,91 @@
+// numalign/trace.hpp: traces as safetensors files, read by mmap with the reference parser's
+// validation (and a little more), and written atomically in the reference serializer's layout.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "numalign/tensor.hpp"
+
+namespace numalign {
+
+inline constexpr std::uint64_t kMaxHeaderSize = 100'000'000;  // safetensors' MAX_HEADER_SIZE
+inline constexpr const char* kMetadataKey = "numalign";       // our JSON inside __metadata__
+
+// Structured metadata of a trace (DESIGN section 4), stored as JSON under __metadata__'s
+// "numalign" key. Every field is optional; unknown fields are kept out of the way.
+struct TraceMetadata {
+  std::string role;          // truth / ref / test
+  std::string dtype_recipe;  // e.g. "bf16", "fp32-accumulate"
+  std::string device;
+  std::map<std::string, std::string> versions;
+  std::map<std::string, bool> tf32;  // e.g. {"matmul": false, "cudnn": false}
+  std::optional<std::int64_t> seed;
+  std::vector<std::string> order;  // execution order of the tensors
+  std::map<std::string, std::map<std::string, std::string>> tags;  // name -> {module, kind}
+  std::map<std::string, std::string> fingerprints;                  // input -> hash
+
+  std::string to_json() const;
+  // Throws Error(where, ...) on invalid JSON or fields of the wrong type.
+  static TraceMetadata from_json(std::string_view json, const std::string& where);
+};
+
+struct TraceEntry {
+  std::string name;
+  TensorView view;
+  std::string file;  // the file holding it (a shard of a sharded trace)
+};
+
+class MappedFile;
+
+// One run: a safetensors file, a directory of shards, or a `*.safetensors.index.json`.
+class Trace {
+ public:
+  // Opens and validates; throws Error("<path>", "<problem>") on anything wrong.
+  static Trace open(const std::string& path);
+  // Parses bytes already in memory (not copied: they must outlive the Trace).
+  static Trace parse(std::span<const std::byte> bytes, const std::string& label);
+
+  const std::string& path() const { return path_; }
+  // In file order (data offsets); for shards, shard by shard.
+  const std::vector<TraceEntry>& entries() const { return entries_; }
+  const TraceEntry* find(const std::string& name) const;
+  // __metadata__ of the (first) file, string -> string.
+  const std::map<std::string, std::string>& raw_metadata() const { return raw_metadata_; }
+  // The "numalign" key parsed, when present.
+  const std::optional<TraceMetadata>& metadata() const { return metadata_; }
+  std::uint64_t data_bytes() const;
+
+ private:
+  void add_file(std::span<const std::byte> bytes, const std::string& label);
+  std::string path_;
+  std::vector<std::shared_ptr<MappedFile>> files_;
+  std::vector<TraceEntry> entries_;
+  std::map<std::string, std::size_t> index_;
+  std::map<std::string, std::string> raw_metadata_;
+  std::optional<TraceMetadata> metadata_;
+};
+
+struct NamedTensor {
+  std::string name;
+  TensorView view;
+};
+
+// The header bytes the reference serializer would write (padded to 8) for these tensors:
+// ordered by dtype descending then name, offsets back to back, `__metadata__` first.
+std::string serialize_header(const std::vector<NamedTensor>& tensors,
+                             const std::map<std::string, std::string>* metadata);
+// Writes a trace atomically (temporary file in the same folder, fsync, rename).
+// Throws Error naming the path; never leaves a partial file under `path`.
+void write_trace(const std::string& path, const std::vector<NamedTensor>& tensors,
+                 const std::map<std::string, std::string>* metadata = nullptr);
+
+// Writes `content` to `path` atomically (temp + fsync + rename); "-" writes to stdout.
+void write_file_atomic(const std::string& path, std::string_view content);
+
+}  // namespace numalign

@@ -1,0 +1,215 @@
+// judge.cpp: pairs tensors up, checks that a comparison is meaningful, runs the fused pass
+// over all of them at once and applies the rules.
+#include "numalign/judge.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "format.hpp"
+
+namespace numalign {
+
+namespace {
+
+std::string settings_of(const JudgeOptions& o) {
+  std::string s = "rule " + o.default_rule.spec() + ", tol " + detail::format_number(o.tol);
+  if (o.equal_nan) s += ", equal_nan";
+  if (o.larger_multiplier_for_small) s += ", larger multiplier for small tensors";
+  if (o.force_max_multiplier) s += ", force max multiplier";
+  if (o.check_bias) s += ", bias check";
+  if (!o.overrides.empty()) s += ", " + std::to_string(o.overrides.size()) + " override(s)";
+  return s;
+}
+
+// A problem found before any metric: returns true and fills `r` when it cannot go further.
+bool precheck(const TensorTriple& t, const RuleChoice& choice, TensorResult& r) {
+  auto stop = [&](VerdictKind k, std::string why) {
+    r.verdict = k;
+    r.reason = std::move(why);
+    return true;
+  };
+  if (!t.ref) return stop(VerdictKind::kFail, "missing from ref");
+  if (!t.test) return stop(VerdictKind::kFail, "missing from test");
+  if (t.test->dtype != t.ref->dtype) {
+    return stop(VerdictKind::kFail, "dtype mismatch: test " + std::string(name(t.test->dtype)) +
+                                        ", ref " + std::string(name(t.ref->dtype)));
+  }
+  if (t.test->shape != t.ref->shape) {
+    return stop(VerdictKind::kFail, "shape mismatch: test " + format_shape(t.test->shape) +
+                                        ", ref " + format_shape(t.ref->shape));
+  }
+  if (!is_judgeable(t.test->dtype)) {
+    return stop(VerdictKind::kError, "judging " + std::string(name(t.test->dtype)) +
+                                         " is not supported yet (numalign inspect reads it)");
+  }
+  const bool needs_truth = choice.rule.kind == RuleKind::kRmse;
+  if (t.truth) {
+    if (t.truth->shape != t.ref->shape) {
+      return stop(VerdictKind::kError, "shape mismatch: truth " + format_shape(t.truth->shape) +
+                                           ", ref " + format_shape(t.ref->shape));
+    }
+    if (!is_judgeable(t.truth->dtype)) {
+      return stop(VerdictKind::kError,
+                  "truth dtype " + std::string(name(t.truth->dtype)) + " cannot be read as numbers");
+    }
+  }
+  (void)needs_truth;
+  return false;
+}
+
+}  // namespace
+
+Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
+                     const ProgressFn& progress) {
+  check_override_reasons(options);
+  Report report;
+  report.settings = settings_of(options);
+  std::vector<TensorResult> results(tensors.size());
+  std::vector<MetricsInput> inputs;
+  std::vector<std::size_t> input_of;  // index into results for each input
+  std::vector<RuleChoice> choices(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorTriple& t = tensors[i];
+    TensorResult& r = results[i];
+    r.name = t.name;
+    r.order = i;
+    const TensorView* any = t.test ? t.test : t.ref;
+    if (any) {
+      r.dtype = any->dtype;
+      r.shape = any->shape;
+    }
+    choices[i] = choose_rule(t.name, any ? any->dtype : DType::F32, options);
+    r.rule = choices[i].rule.spec();
+    if (choices[i].override) r.override_reason = choices[i].override->reason;
+    if (precheck(t, choices[i], r)) continue;
+    // Truth is only read when the tensor can use it (a floating truth for a floating test).
+    const TensorView* truth = (t.truth && is_floating(t.ref->dtype)) ? t.truth : nullptr;
+    inputs.push_back({t.test, t.ref, truth});
+    input_of.push_back(i);
+  }
+  MetricOptions mo{options.tol, options.equal_nan};
+  const std::vector<Metrics> metrics = compute_metrics(inputs, mo, options.threads, progress);
+  bool all_identical = !inputs.empty();
+  std::set<std::string> warned;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    TensorResult& r = results[input_of[k]];
+    const Metrics& m = metrics[k];
+    const Verdict v = evaluate(choices[input_of[k]], *inputs[k].test, *inputs[k].ref,
+                               inputs[k].truth, m, options);
+    r.verdict = v.kind;
+    r.reason = v.reason;
+    r.ratio = v.ratio;
+    r.limit = v.limit;
+    r.bias_failed = v.bias_failed;
+    r.metrics = m;
+    for (const auto& w : v.warnings) report.warnings.push_back(r.name + ": " + w);
+    all_identical = all_identical && m.bits_differ == 0;
+    if (inputs[k].truth && inputs[k].truth->dtype != DType::F64 && !warned.count("truth")) {
+      warned.insert("truth");
+      report.warnings.push_back("truth is not float64 (" + std::string(name(inputs[k].truth->dtype)) +
+                                " in " + r.name + "): the rmse rule cannot judge against it");
+    }
+  }
+  if (all_identical && inputs.size() == tensors.size()) {
+    report.warnings.push_back(
+        "test is bit-identical to ref in every tensor: was a run compared with itself?");
+  }
+  report.tensors = std::move(results);
+  report.sort();
+  return report;
+}
+
+namespace {
+
+void metadata_warnings(const Trace& test, const Trace& ref, const Trace* truth, Report& report) {
+  const auto& mt = test.metadata();
+  const auto& mr = ref.metadata();
+  if (mt && mr) {
+    if (!mt->dtype_recipe.empty() && !mr->dtype_recipe.empty() &&
+        mt->dtype_recipe != mr->dtype_recipe) {
+      report.warnings.push_back("ref and test ran different precision recipes (ref '" +
+                                mr->dtype_recipe + "', test '" + mt->dtype_recipe +
+                                "'): the ratio compares unlike things");
+    }
+    std::vector<std::string> differ;
+    for (const auto& [input, hash] : mr->fingerprints) {
+      const auto it = mt->fingerprints.find(input);
+      if (it != mt->fingerprints.end() && it->second != hash) differ.push_back(input);
+    }
+    if (!differ.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < differ.size() && i < 5; ++i) list += (i ? ", " : "") + differ[i];
+      report.warnings.push_back("inputs differ between ref and test (fingerprints of " + list +
+                                (differ.size() > 5 ? ", ..." : "") + ")");
+    }
+  }
+  const std::pair<const char*, const Trace*> runs[] = {{"test", &test}, {"ref", &ref}, {"truth", truth}};
+  for (const auto& [role, trace] : runs) {
+    if (!trace || !trace->metadata()) continue;
+    for (const auto& [flag, on] : trace->metadata()->tf32) {
+      if (on) {
+        report.warnings.push_back(std::string(role) + " ran with TF32 on (" + flag +
+                                  "): float32 matmuls were computed at 10-bit precision");
+      }
+    }
+  }
+  if (truth && truth->metadata() && mr && !mr->dtype_recipe.empty() &&
+      truth->metadata()->dtype_recipe == mr->dtype_recipe) {
+    report.warnings.push_back("truth has the same precision recipe as ref ('" + mr->dtype_recipe +
+                              "'): it is no higher-precision truth");
+  }
+}
+
+}  // namespace
+
+Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
+             const std::vector<std::string>& only, const ProgressFn& progress) {
+  auto selected = [&](const std::string& n) {
+    if (only.empty()) return true;
+    return std::any_of(only.begin(), only.end(), [&](const std::string& g) { return glob_match(g, n); });
+  };
+  // Judge in execution order when ref records one, else in file order.
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  if (ref.metadata()) {
+    for (const auto& n : ref.metadata()->order) {
+      if (ref.find(n) && seen.insert(n).second) names.push_back(n);
+    }
+  }
+  for (const auto& e : ref.entries()) {
+    if (seen.insert(e.name).second) names.push_back(e.name);
+  }
+  std::vector<TensorTriple> triples;
+  for (const auto& n : names) {
+    if (!selected(n)) continue;
+    const TraceEntry* t = test.find(n);
+    const TraceEntry* r = ref.find(n);
+    const TraceEntry* u = truth ? truth->find(n) : nullptr;
+    triples.push_back({n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr});
+  }
+  std::vector<std::string> extra;
+  for (const auto& e : test.entries()) {
+    if (!ref.find(e.name) && selected(e.name)) extra.push_back(e.name);
+  }
+  Report report = judge_tensors(triples, options, progress);
+  report.title = test.path() + " vs " + ref.path() +
+                 (truth ? " (truth: " + truth->path() + ")" : std::string(" (no truth)"));
+  if (truth) {
+    std::size_t missing = 0;
+    for (const auto& t : triples) missing += t.truth == nullptr;
+    if (missing) {
+      report.warnings.push_back(std::to_string(missing) + " tensor(s) of ref are missing from truth");
+    }
+  }
+  if (!extra.empty()) {
+    report.warnings.push_back(std::to_string(extra.size()) + " tensor(s) only in test, not judged: " +
+                              extra.front() + (extra.size() > 1 ? ", ..." : ""));
+  }
+  if (only.size() && triples.empty()) {
+    report.warnings.push_back("no tensor of ref matches --only");
+  }
+  metadata_warnings(test, ref, truth, report);
+  return report;
+}
+
+}  // namespace numalign

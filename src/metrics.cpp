@@ -1,0 +1,374 @@
+// metrics.cpp: the fused pass. Each chunk decodes blocks of the three inputs into small
+// stack buffers (one dtype switch per block) and folds every metric from them at once.
+#include "numalign/metrics.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "parallel.hpp"
+#include "summation.hpp"
+
+namespace numalign {
+
+int ulp_bin(std::uint64_t d) { return d == 0 ? 0 : 1 + static_cast<int>(std::bit_width(d - 1)); }
+
+std::string ulp_bin_label(int bin) {
+  if (bin == kUlpInfBin) return "inf";
+  if (bin <= 2) return std::to_string(bin);
+  const std::uint64_t hi = std::uint64_t{1} << (bin - 1);  // bins 3.. cover (hi/2, hi]
+  return std::to_string(hi / 2 + 1) + "-" + std::to_string(hi);
+}
+
+std::string format_shape(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string format_index(const Shape& shape, std::uint64_t flat) {
+  std::vector<std::uint64_t> idx(shape.size());
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 0) return "()";
+    idx[i] = flat % shape[i];
+    flat /= shape[i];
+  }
+  std::string s = "(";
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(idx[i]);
+  }
+  if (idx.size() == 1) s += ",";
+  return s + ")";
+}
+
+namespace {
+
+using detail::CompensatedSum;
+
+constexpr std::size_t kBlock = 256;          // elements decoded at a time (stack buffers)
+constexpr std::uint64_t kChunk = 1u << 20;   // elements per parallel task
+
+float round_float_to(DType d, float x) {
+  if (d == DType::BF16) {  // round-to-nearest-even on the top 16 bits
+    if (std::isnan(x)) return x;
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+  }
+  return static_cast<float>(round_to(d, x));
+}
+
+// torch.isclose(self, other, atol, rtol) for one element: |self - other| <= atol +
+// rtol * |other|, computed as ATen does it: in the tensors' dtype, the half types in float
+// and rounded after every operation. `same()` calls allclose(ref, test): other is the test.
+bool torch_isclose(DType d, double self, double other, double atol, double rtol,
+                   bool equal_nan) {
+  const double t = self, r = other;
+  if (t == r) return true;
+  if (std::isnan(t) || std::isnan(r)) return equal_nan && std::isnan(t) && std::isnan(r);
+  const double exact_allowed = atol + rtol * std::fabs(r);
+  const double exact_actual = std::fabs(t - r);
+  // Far from the boundary the roundings cannot change the answer: skip the emulation.
+  if (std::isfinite(exact_actual) && exact_actual <= 0.5 * exact_allowed) return true;
+  if (exact_actual >= 2 * exact_allowed + 1e-300) return false;
+  switch (d) {
+    case DType::F64: return std::isfinite(exact_actual) && exact_actual <= exact_allowed;
+    case DType::F32: {
+      const float allowed = static_cast<float>(atol) + std::fabs(static_cast<float>(rtol) *
+                                                                 static_cast<float>(r));
+      const float actual = std::fabs(static_cast<float>(t) - static_cast<float>(r));
+      return std::isfinite(actual) && actual <= allowed;
+    }
+    case DType::BF16:
+    case DType::F16: {
+      const float scaled = round_float_to(d, static_cast<float>(rtol) * static_cast<float>(r));
+      const float allowed = round_float_to(d, static_cast<float>(atol) + std::fabs(scaled));
+      const float actual =
+          std::fabs(round_float_to(d, static_cast<float>(t) - static_cast<float>(r)));
+      return std::isfinite(actual) && actual <= allowed;
+    }
+    default:  // fp8 (torch has no arithmetic for it) and integers: exact arithmetic
+      return std::isfinite(exact_actual) && exact_actual <= exact_allowed;
+  }
+}
+
+struct Partial {
+  std::uint64_t n = 0;
+  CompensatedSum sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth, err_sum;
+  double max_abs_truth = -1;
+  std::uint64_t max_abs_truth_index = 0;
+  double max_abs_ref = -1;
+  std::uint64_t max_abs_ref_index = 0;
+  std::uint64_t test_differs = 0, test_over = 0, test_under = 0;
+  std::uint64_t ref_differs = 0, ref_over = 0, ref_under = 0;
+  std::uint64_t not_close = 0, bits_differ = 0, values_differ = 0;
+  UlpStats ulp;
+  NonFinite nf_test, nf_ref, nf_truth;
+
+  void merge(const Partial& o) {
+    n += o.n;
+    sq_err_test.merge(o.sq_err_test);
+    sq_err_ref.merge(o.sq_err_ref);
+    sq_truth.merge(o.sq_truth);
+    sq_test.merge(o.sq_test);
+    test_dot_truth.merge(o.test_dot_truth);
+    err_sum.merge(o.err_sum);
+    // Strict comparisons keep the earliest index on ties: chunks merge in order.
+    if (o.max_abs_truth > max_abs_truth) {
+      max_abs_truth = o.max_abs_truth;
+      max_abs_truth_index = o.max_abs_truth_index;
+    }
+    if (o.max_abs_ref > max_abs_ref) {
+      max_abs_ref = o.max_abs_ref;
+      max_abs_ref_index = o.max_abs_ref_index;
+    }
+    test_differs += o.test_differs;
+    test_over += o.test_over;
+    test_under += o.test_under;
+    ref_differs += o.ref_differs;
+    ref_over += o.ref_over;
+    ref_under += o.ref_under;
+    not_close += o.not_close;
+    bits_differ += o.bits_differ;
+    values_differ += o.values_differ;
+    if (o.ulp.max > ulp.max) {
+      ulp.max = o.ulp.max;
+      ulp.max_index = o.ulp.max_index;
+    }
+    ulp.any_inf = ulp.any_inf || o.ulp.any_inf;
+    for (int b = 0; b < kUlpBins; ++b) ulp.hist[b] += o.ulp.hist[b];
+    for (auto [dst, src] : {std::pair{&nf_test, &o.nf_test}, std::pair{&nf_ref, &o.nf_ref},
+                            std::pair{&nf_truth, &o.nf_truth}}) {
+      dst->nan += src->nan;
+      dst->inf += src->inf;
+    }
+  }
+};
+
+void count_nonfinite(const double* v, std::size_t n, NonFinite& nf) {
+  for (std::size_t i = 0; i < n; ++i) {
+    nf.nan += std::isnan(v[i]);
+    nf.inf += std::isinf(v[i]);
+  }
+}
+
+// Error balance counters: does |x| overshoot or undershoot |u| where x != u?
+void count_balance(double x, double u, std::uint64_t& differs, std::uint64_t& over,
+                   std::uint64_t& under) {
+  if (x == u || (std::isnan(x) && std::isnan(u))) return;
+  ++differs;
+  const double ax = std::fabs(x), au = std::fabs(u);
+  over += ax > au;
+  under += ax < au;
+}
+
+Partial accumulate(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
+                   std::uint64_t end) {
+  Partial p;
+  const DType dt = in.test->dtype;
+  const bool floating = is_floating(dt);
+  const std::size_t es = element_size(dt);
+  const bool with_truth = in.truth != nullptr;
+  const std::size_t us = with_truth ? element_size(in.truth->dtype) : 0;
+  double t[kBlock], r[kBlock], u[kBlock];
+  std::int64_t ot[kBlock], orf[kBlock];
+  bool nt[kBlock], nr[kBlock];
+  for (std::uint64_t base = begin; base < end; base += kBlock) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, end - base));
+    const std::byte* tp = in.test->data + base * es;
+    const std::byte* rp = in.ref->data + base * es;
+    decode_block(dt, tp, n, t);
+    decode_block(dt, rp, n, r);
+    count_nonfinite(t, n, p.nf_test);
+    count_nonfinite(r, n, p.nf_ref);
+    if (floating) {
+      ordinal_block(dt, tp, n, ot, nt);
+      ordinal_block(dt, rp, n, orf, nr);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      p.bits_differ += std::memcmp(tp + i * es, rp + i * es, es) != 0;
+      const double diff = std::fabs(t[i] - r[i]);
+      if (diff > p.max_abs_ref) {
+        p.max_abs_ref = diff;
+        p.max_abs_ref_index = base + i;
+      }
+      p.not_close += !torch_isclose(dt, r[i], t[i], opt.tol, opt.tol, opt.equal_nan);
+      if (!floating) {
+        p.values_differ += t[i] != r[i];
+        continue;
+      }
+      if (nt[i] || nr[i]) {
+        if (nt[i] && nr[i] && opt.equal_nan) {
+          ++p.ulp.hist[0];
+        } else {
+          ++p.values_differ;
+          ++p.ulp.hist[kUlpInfBin];
+          p.ulp.any_inf = true;
+        }
+        continue;
+      }
+      const std::uint64_t d = ordinal_distance(ot[i], orf[i]);
+      p.values_differ += d != 0;
+      ++p.ulp.hist[ulp_bin(d)];
+      if (d > p.ulp.max) {
+        p.ulp.max = d;
+        p.ulp.max_index = base + i;
+      }
+    }
+    if (with_truth) {
+      decode_block(in.truth->dtype, in.truth->data + base * us, n, u);
+      count_nonfinite(u, n, p.nf_truth);
+      double se_t = 0, se_r = 0, su = 0, st = 0, stu = 0, se = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double e = t[i] - u[i];
+        const double er = r[i] - u[i];
+        se_t += e * e;
+        se_r += er * er;
+        su += u[i] * u[i];
+        st += t[i] * t[i];
+        stu += t[i] * u[i];
+        se += e;
+        const double ae = std::fabs(e);
+        if (ae > p.max_abs_truth) {
+          p.max_abs_truth = ae;
+          p.max_abs_truth_index = base + i;
+        }
+        count_balance(t[i], u[i], p.test_differs, p.test_over, p.test_under);
+        count_balance(r[i], u[i], p.ref_differs, p.ref_over, p.ref_under);
+      }
+      p.sq_err_test.add(se_t);
+      p.sq_err_ref.add(se_r);
+      p.sq_truth.add(su);
+      p.sq_test.add(st);
+      p.test_dot_truth.add(stu);
+      p.err_sum.add(se);
+    }
+  }
+  p.n = end - begin;
+  return p;
+}
+
+double balance(std::uint64_t over, std::uint64_t under, std::uint64_t differs) {
+  if (differs == 0) return 0;
+  return (static_cast<double>(over) - static_cast<double>(under)) / static_cast<double>(differs);
+}
+
+Metrics finish(const MetricsInput& in, const Partial& p) {
+  Metrics m;
+  m.numel = p.n;
+  m.floating = is_floating(in.test->dtype);
+  m.max_abs_ref = std::max(p.max_abs_ref, 0.0);
+  m.max_abs_ref_index = p.max_abs_ref_index;
+  m.not_close = p.not_close;
+  m.bits_differ = p.bits_differ;
+  m.values_differ = p.values_differ;
+  m.ulp = p.ulp;
+  m.test_nonfinite = p.nf_test;
+  m.ref_nonfinite = p.nf_ref;
+  m.truth_nonfinite = p.nf_truth;
+  if (in.truth == nullptr) return m;
+  m.has_truth = true;
+  const double n = static_cast<double>(p.n);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // sqrt(mean(square(.))) as torch computes it; an empty tensor's mean is NaN there too.
+  m.error = p.n ? std::sqrt(p.sq_err_test.value() / n) : nan;
+  m.baseline = p.n ? std::sqrt(p.sq_err_ref.value() / n) : nan;
+  m.max_abs_truth = std::max(p.max_abs_truth, 0.0);
+  m.max_abs_truth_index = p.max_abs_truth_index;
+  const double err_norm = std::sqrt(p.sq_err_test.value());
+  const double truth_norm = std::sqrt(p.sq_truth.value());
+  const double test_norm = std::sqrt(p.sq_test.value());
+  m.rel_l2 = truth_norm > 0 ? err_norm / truth_norm
+                            : (err_norm == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+  m.cosine = (truth_norm > 0 && test_norm > 0)
+                 ? p.test_dot_truth.value() / truth_norm / test_norm
+                 : nan;
+  m.mean_error = p.n ? p.err_sum.value() / n : nan;
+  m.eb_test = balance(p.test_over, p.test_under, p.test_differs);
+  m.eb_ref = balance(p.ref_over, p.ref_under, p.ref_differs);
+  m.test_differs_truth = p.test_differs;
+  m.ref_differs_truth = p.ref_differs;
+  return m;
+}
+
+}  // namespace
+
+std::vector<Metrics> compute_metrics(std::span<const MetricsInput> inputs,
+                                     const MetricOptions& options, int threads,
+                                     const std::function<void(double, double)>& progress) {
+  struct Task {
+    std::size_t tensor;
+    std::uint64_t begin, end;
+  };
+  std::vector<Task> tasks;
+  std::vector<std::size_t> first_task(inputs.size() + 1);
+  double total_bytes = 0;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    first_task[k] = tasks.size();
+    const std::uint64_t n = inputs[k].test->numel();
+    for (std::uint64_t b = 0; b < n; b += kChunk) tasks.push_back({k, b, std::min(n, b + kChunk)});
+    if (n == 0) tasks.push_back({k, 0, 0});
+    total_bytes += static_cast<double>(inputs[k].test->nbytes() * 2 +
+                                       (inputs[k].truth ? inputs[k].truth->nbytes() : 0));
+  }
+  first_task[inputs.size()] = tasks.size();
+  std::vector<Partial> partials(tasks.size());
+  std::atomic<double> done_bytes{0};
+  detail::parallel_for(
+      tasks.size(), detail::resolve_threads(threads),
+      [&](std::size_t i) {
+        const Task& task = tasks[i];
+        partials[i] = accumulate(inputs[task.tensor], options, task.begin, task.end);
+        const MetricsInput& in = inputs[task.tensor];
+        const double per_element = 2.0 * static_cast<double>(element_size(in.test->dtype)) +
+                                   (in.truth ? static_cast<double>(element_size(in.truth->dtype)) : 0);
+        double expected = done_bytes.load();
+        const double add = per_element * static_cast<double>(task.end - task.begin);
+        while (!done_bytes.compare_exchange_weak(expected, expected + add)) {
+        }
+      },
+      progress ? std::function<void()>([&] { progress(done_bytes.load(), total_bytes); })
+               : std::function<void()>());
+  std::vector<Metrics> out;
+  out.reserve(inputs.size());
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    Partial total = std::move(partials[first_task[k]]);
+    for (std::size_t i = first_task[k] + 1; i < first_task[k + 1]; ++i) total.merge(partials[i]);
+    out.push_back(finish(inputs[k], total));
+  }
+  return out;
+}
+
+Metrics compute_metrics(const TensorView& test, const TensorView& ref, const TensorView* truth,
+                        const MetricOptions& options) {
+  const MetricsInput in{&test, &ref, truth};
+  return compute_metrics(std::span<const MetricsInput>(&in, 1), options)[0];
+}
+
+bool loosely_close_to_truth(const TensorView& test, const TensorView& truth, bool equal_nan) {
+  constexpr double kLoose = 4e-2;
+  const DType dt = test.dtype;
+  const std::size_t es = element_size(dt), us = element_size(truth.dtype);
+  const std::uint64_t n = test.numel();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const double t = to_double(dt, test.data + i * es);
+    // torch's .to(dtype) from float64 goes through float for the half types.
+    double u = to_double(truth.dtype, truth.data + i * us);
+    if (dt != DType::F64) u = static_cast<float>(u);
+    if (dt != DType::F64 && dt != DType::F32) u = round_to(dt, u);
+    if (!torch_isclose(dt, u, t, kLoose, kLoose, equal_nan)) return false;
+  }
+  return true;
+}
+
+}  // namespace numalign

@@ -1,0 +1,48 @@
+// parallel.hpp: run N independent tasks on a few threads (no pool kept between calls).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace numalign::detail {
+
+inline int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+// Calls task(i) for i in [0, n) on up to `threads` threads; `tick` runs on the calling
+// thread every few milliseconds while work is in flight (for progress bars).
+inline void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& task,
+                         const std::function<void()>& tick = {}) {
+  const std::size_t workers = std::min<std::size_t>(static_cast<std::size_t>(threads), n);
+  if (workers <= 1) {
+    for (std::size_t i = 0; i < n; ++i) {
+      task(i);
+      if (tick) tick();
+    }
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> running{workers};
+  std::vector<std::thread> pool;
+  pool.reserve(workers);
+  for (std::size_t w = 0; w < workers; ++w) {
+    pool.emplace_back([&] {
+      for (std::size_t i = next++; i < n; i = next++) task(i);
+      --running;
+    });
+  }
+  while (tick && running.load() > 0) {
+    tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& t : pool) t.join();
+  if (tick) tick();
+}
+
+}  // namespace numalign::detail

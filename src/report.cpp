@@ -1,0 +1,358 @@
+// report.cpp: ordering and the three renderings of a Report (text, JSON, JUnit XML).
+#include "numalign/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "format.hpp"
+#include "json.hpp"
+
+namespace numalign {
+
+using detail::format_number;
+
+std::size_t Report::count(VerdictKind k) const {
+  return static_cast<std::size_t>(std::count_if(
+      tensors.begin(), tensors.end(), [k](const TensorResult& r) { return r.verdict == k; }));
+}
+
+ExitCode Report::exit_code() const {
+  if (count(VerdictKind::kError)) return kCouldNotJudge;
+  return count(VerdictKind::kFail) ? kNotAligned : kAligned;
+}
+
+double severity(const TensorResult& r) {
+  if (!r.ratio || !r.limit) return std::numeric_limits<double>::infinity();
+  const double ratio = *r.ratio, limit = *r.limit;
+  if (std::isnan(ratio)) return std::numeric_limits<double>::infinity();
+  if (limit > 0) return ratio / limit;
+  return ratio > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+}
+
+const TensorResult* Report::worst() const {
+  const TensorResult* w = nullptr;
+  for (const auto& r : tensors) {
+    if (r.verdict == VerdictKind::kPass) continue;
+    if (!w || severity(r) > severity(*w)) w = &r;
+  }
+  return w;
+}
+
+void Report::sort() {
+  auto rank = [](VerdictKind k) { return k == VerdictKind::kError ? 0 : k == VerdictKind::kFail ? 1 : 2; };
+  std::stable_sort(tensors.begin(), tensors.end(), [&](const TensorResult& a, const TensorResult& b) {
+    if (rank(a.verdict) != rank(b.verdict)) return rank(a.verdict) < rank(b.verdict);
+    if (a.verdict == VerdictKind::kFail) {
+      const double sa = severity(a), sb = severity(b);
+      if (sa != sb) return sa > sb;
+    }
+    return a.order < b.order;
+  });
+}
+
+namespace {
+
+const char* verdict_word(VerdictKind k) {
+  return k == VerdictKind::kPass ? "pass" : k == VerdictKind::kFail ? "fail" : "error";
+}
+
+// Names longer than `width` keep their head and tail: the tail is what tells tensors apart.
+std::string fit(const std::string& s, std::size_t width) {
+  if (s.size() <= width) return s + std::string(width - s.size(), ' ');
+  const std::size_t tail = width * 2 / 3, head = width - tail - 3;
+  return s.substr(0, head) + "..." + s.substr(s.size() - tail);
+}
+
+std::string pad_left(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+
+// Control characters in names would break the table: show them escaped.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string opt_number(const std::optional<double>& v) { return v ? format_number(*v) : "-"; }
+
+std::string summary_line(const Report& r) {
+  const std::size_t n = r.tensors.size(), f = r.count(VerdictKind::kFail),
+                    e = r.count(VerdictKind::kError);
+  std::string s = r.aligned() ? "ALIGNED" : (e ? "COULD NOT JUDGE" : "NOT ALIGNED");
+  s += ": " + std::to_string(n - f - e) + " of " + std::to_string(n) + " tensors pass";
+  if (f) s += ", " + std::to_string(f) + " fail";
+  if (e) s += ", " + std::to_string(e) + " could not be judged";
+  if (const TensorResult* w = r.worst()) {
+    s += "; worst: " + printable(w->name);
+    if (w->ratio && w->limit) s += " (ratio " + format_number(*w->ratio) + ", limit " + format_number(*w->limit) + ")";
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string render_text(const Report& report, bool verbose) {
+  std::string out;
+  if (!report.title.empty()) out += "numalign judge: " + printable(report.title) + "\n";
+  if (!report.settings.empty()) out += "settings: " + report.settings + "\n";
+  out += "\n";
+  constexpr std::size_t kName = 38;
+  out += "verdict  " + fit("tensor", kName) + " " + fit("rule", 9) + pad_left("ratio", 10) +
+         pad_left("limit", 8) + pad_left("max ulp", 9) + pad_left("diff %", 8) + "\n";
+  std::size_t passes_shown = 0;
+  const std::size_t kMaxPasses = verbose ? SIZE_MAX : 50;
+  std::size_t passes_hidden = 0;
+  for (const auto& r : report.tensors) {
+    if (r.verdict == VerdictKind::kPass && passes_shown >= kMaxPasses) {
+      ++passes_hidden;
+      continue;
+    }
+    passes_shown += r.verdict == VerdictKind::kPass;
+    std::string word = verdict_word(r.verdict);
+    for (auto& c : word) c = static_cast<char>(std::toupper(c));
+    std::string max_ulp = "-", diff = "-";
+    if (r.metrics) {
+      if (r.metrics->floating) max_ulp = r.metrics->ulp.any_inf ? "inf" : format_number(static_cast<double>(r.metrics->ulp.max));
+      if (r.metrics->numel) {
+        diff = format_number(100.0 * static_cast<double>(r.metrics->values_differ) /
+                             static_cast<double>(r.metrics->numel));
+      }
+    }
+    out += fit(word, 8) + " " + fit(printable(r.name), kName) + " " + fit(r.rule, 9) +
+           pad_left(opt_number(r.ratio), 10) + pad_left(opt_number(r.limit), 8) +
+           pad_left(max_ulp, 9) + pad_left(diff, 8) + "\n";
+    if (r.verdict != VerdictKind::kPass || verbose) {
+      out += "         " + printable(r.reason) + "\n";
+      if (r.metrics && r.metrics->has_truth && r.verdict != VerdictKind::kPass) {
+        const Metrics& m = *r.metrics;
+        out += "         error " + format_number(m.error) + ", baseline " + format_number(m.baseline) +
+               ", max |test-truth| " + format_number(m.max_abs_truth) + " at " +
+               format_index(r.shape, m.max_abs_truth_index) + ", error balance " +
+               format_number(m.eb_test) + " (ref " + format_number(m.eb_ref) + ")\n";
+      }
+    }
+    if (!r.override_reason.empty()) out += "         override reason: " + printable(r.override_reason) + "\n";
+  }
+  if (passes_hidden) {
+    out += "         ... " + std::to_string(passes_hidden) + " more passing tensors (--verbose lists all)\n";
+  }
+  if (!report.warnings.empty()) {
+    out += "\nwarnings:\n";
+    for (const auto& w : report.warnings) out += "  - " + printable(w) + "\n";
+  }
+  out += "\n" + summary_line(report) + "\n";
+  return out;
+}
+
+namespace {
+
+void write_index(detail::JsonWriter& w, const Shape& shape, std::uint64_t flat) {
+  w.begin_array();
+  std::vector<std::uint64_t> idx(shape.size());
+  bool empty = false;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 0) {
+      empty = true;
+      break;
+    }
+    idx[i] = flat % shape[i];
+    flat /= shape[i];
+  }
+  if (!empty) {
+    for (auto v : idx) w.integer(v);
+  }
+  w.end_array();
+}
+
+void write_optional(detail::JsonWriter& w, const char* key, const std::optional<double>& v) {
+  w.key(key);
+  if (v) w.number(*v);
+  else w.null();
+}
+
+void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
+  w.begin_object();
+  w.key("name").string(r.name);
+  w.key("verdict").string(verdict_word(r.verdict));
+  w.key("rule").string(r.rule);
+  w.key("reason").string(r.reason);
+  w.key("override_reason");
+  if (r.override_reason.empty()) w.null();
+  else w.string(r.override_reason);
+  w.key("dtype");
+  if (r.dtype) w.string(name(*r.dtype));
+  else w.null();
+  w.key("shape").begin_array();
+  for (auto d : r.shape) w.integer(d);
+  w.end_array();
+  const Metrics* m = r.metrics ? &*r.metrics : nullptr;
+  w.key("numel");
+  if (m) w.integer(m->numel);
+  else w.null();
+  write_optional(w, "ratio", r.ratio);
+  write_optional(w, "limit", r.limit);
+  const bool truth = m && m->has_truth;
+  write_optional(w, "error", truth ? std::optional(m->error) : std::nullopt);
+  write_optional(w, "baseline", truth ? std::optional(m->baseline) : std::nullopt);
+  write_optional(w, "max_abs", truth ? std::optional(m->max_abs_truth) : std::nullopt);
+  w.key("max_abs_index");
+  if (truth) write_index(w, r.shape, m->max_abs_truth_index);
+  else w.null();
+  write_optional(w, "max_abs_ref", m ? std::optional(m->max_abs_ref) : std::nullopt);
+  w.key("max_abs_ref_index");
+  if (m) write_index(w, r.shape, m->max_abs_ref_index);
+  else w.null();
+  write_optional(w, "rel_l2", truth ? std::optional(m->rel_l2) : std::nullopt);
+  write_optional(w, "cosine", truth ? std::optional(m->cosine) : std::nullopt);
+  w.key("bias");
+  if (truth && m->floating) {
+    w.begin_object();
+    w.key("mean_error").number(m->mean_error);
+    w.key("eb_test").number(m->eb_test);
+    w.key("eb_ref").number(m->eb_ref);
+    w.key("would_fail").boolean(r.bias_failed);
+    w.end_object();
+  } else {
+    w.null();
+  }
+  const bool ulp = m && m->floating;
+  w.key("max_ulp");
+  if (ulp && !m->ulp.any_inf) w.integer(m->ulp.max);
+  else w.null();
+  w.key("max_ulp_index");
+  if (ulp && !m->ulp.any_inf) write_index(w, r.shape, m->ulp.max_index);
+  else w.null();
+  write_optional(w, "frac_diff",
+                 m && m->numel ? std::optional(static_cast<double>(m->values_differ) /
+                                               static_cast<double>(m->numel))
+                               : std::nullopt);
+  w.key("ulp_hist");
+  if (ulp) {
+    w.begin_object();
+    for (int b = 0; b < kUlpBins; ++b) {
+      if (m->ulp.hist[b]) w.key(ulp_bin_label(b)).integer(m->ulp.hist[b]);
+    }
+    w.end_object();
+  } else {
+    w.null();
+  }
+  w.key("nonfinite");
+  if (m) {
+    w.begin_object();
+    const std::pair<const char*, const NonFinite*> parts[] = {
+        {"test", &m->test_nonfinite}, {"ref", &m->ref_nonfinite}, {"truth", &m->truth_nonfinite}};
+    for (const auto& [k, nf] : parts) {
+      if (std::string_view(k) == "truth" && !m->has_truth) continue;
+      w.key(k).begin_object().key("nan").integer(nf->nan).key("inf").integer(nf->inf).end_object();
+    }
+    w.end_object();
+  } else {
+    w.null();
+  }
+  w.end_object();
+}
+
+}  // namespace
+
+std::string render_json(const Report& report) {
+  detail::JsonWriter w;
+  w.begin_object();
+  w.key("aligned").boolean(report.aligned());
+  w.key("summary").begin_object();
+  w.key("tensors").integer(report.tensors.size());
+  w.key("passed").integer(report.count(VerdictKind::kPass));
+  w.key("failed").integer(report.count(VerdictKind::kFail));
+  w.key("errors").integer(report.count(VerdictKind::kError));
+  const TensorResult* worst = report.worst();
+  double max_ratio = -1;
+  const TensorResult* max_ratio_of = nullptr;
+  for (const auto& r : report.tensors) {
+    if (r.ratio && !std::isnan(*r.ratio) && *r.ratio > max_ratio && r.rule.rfind("rmse", 0) == 0) {
+      max_ratio = *r.ratio;
+      max_ratio_of = &r;
+    }
+  }
+  w.key("max_ratio");
+  if (max_ratio_of) w.number(max_ratio);
+  else w.null();
+  w.key("worst");
+  if (worst) w.string(worst->name);
+  else w.null();
+  w.key("settings").string(report.settings);
+  w.end_object();
+  w.key("warnings").begin_array();
+  for (const auto& s : report.warnings) w.string(s);
+  w.end_array();
+  w.key("tensors").begin_array();
+  for (const auto& r : report.tensors) write_tensor(w, r);
+  w.end_array();
+  w.end_object();
+  return w.take() + "\n";
+}
+
+namespace {
+
+// XML 1.0 cannot carry most control characters even escaped: replace them.
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        if (u < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", u);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_junit(const Report& report) {
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  const std::size_t f = report.count(VerdictKind::kFail), e = report.count(VerdictKind::kError);
+  out += "<testsuites><testsuite name=\"numalign\" tests=\"" + std::to_string(report.tensors.size()) +
+         "\" failures=\"" + std::to_string(f) + "\" errors=\"" + std::to_string(e) + "\">\n";
+  if (!report.warnings.empty()) {
+    out += "<system-out>";
+    for (const auto& w : report.warnings) out += xml_escape("warning: " + w) + "\n";
+    out += "</system-out>\n";
+  }
+  for (const auto& r : report.tensors) {
+    out += "<testcase classname=\"numalign." + xml_escape(r.rule) + "\" name=\"" +
+           xml_escape(r.name) + "\">";
+    const std::string detail = r.reason + (r.ratio && r.limit ? " (ratio " + format_number(*r.ratio) +
+                                                                    ", limit " + format_number(*r.limit) + ")"
+                                                              : std::string());
+    if (r.verdict == VerdictKind::kFail) {
+      out += "<failure message=\"" + xml_escape(detail) + "\"/>";
+    } else if (r.verdict == VerdictKind::kError) {
+      out += "<error message=\"" + xml_escape(detail) + "\"/>";
+    }
+    out += "</testcase>\n";
+  }
+  out += "</testsuite></testsuites>\n";
+  return out;
+}
+
+}  // namespace numalign

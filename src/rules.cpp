@@ -1,0 +1,351 @@
+// rules.cpp: rule specs, same()'s multiplier table and pass inequality, overrides, policy.
+#include "numalign/rules.hpp"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "format.hpp"
+#include "numalign/error.hpp"
+
+namespace numalign {
+
+std::string Rule::spec() const {
+  switch (kind) {
+    case RuleKind::kRmse: return param > 0 ? "rmse:" + detail::format_number(param) : "rmse";
+    case RuleKind::kUlp: return "ulp:" + detail::format_number(param);
+    case RuleKind::kExact: return "exact";
+    case RuleKind::kAbs: return "abs:" + detail::format_number(param);
+  }
+  return "?";
+}
+
+namespace {
+
+double parse_param(std::string_view text, std::string_view spec, const std::string& where) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v) || v < 0) {
+    fail(where, "bad rule '" + std::string(spec) + "': '" + std::string(text) +
+                    "' is not a non-negative number");
+  }
+  return v;
+}
+
+}  // namespace
+
+Rule parse_rule(std::string_view spec, const std::string& where) {
+  const auto colon = spec.find(':');
+  const std::string_view head = spec.substr(0, colon);
+  const bool has_param = colon != std::string_view::npos;
+  const std::string_view tail = has_param ? spec.substr(colon + 1) : std::string_view();
+  Rule r;
+  if (head == "rmse") {
+    r.kind = RuleKind::kRmse;
+    if (has_param) {
+      r.param = parse_param(tail, spec, where);
+      if (r.param == 0) fail(where, "bad rule '" + std::string(spec) + "': multiplier must be > 0");
+    }
+  } else if (head == "exact" && !has_param) {
+    r.kind = RuleKind::kExact;
+  } else if ((head == "ulp" || head == "abs") && has_param) {
+    r.kind = head == "ulp" ? RuleKind::kUlp : RuleKind::kAbs;
+    r.param = parse_param(tail, spec, where);
+    if (r.kind == RuleKind::kUlp && r.param != std::floor(r.param)) {
+      fail(where, "bad rule '" + std::string(spec) + "': K of ulp:K must be an integer");
+    }
+  } else {
+    fail(where, "bad rule '" + std::string(spec) +
+                    "': expected rmse, rmse:MULTIPLIER, ulp:K, exact or abs:X");
+  }
+  return r;
+}
+
+bool glob_match(std::string_view pattern, std::string_view name) {
+  // Iterative wildcard match with one backtrack point (the last '*').
+  std::size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+double rmse_multiplier(DType dtype, const Shape& shape, double tol, bool larger_for_small,
+                       bool force_max) {
+  if (force_max) return 10.0;
+  std::uint64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  double m = is_low_precision(dtype) ? 3.0 : 2.0;
+  if (larger_for_small && numel <= 10) {
+    m = 10.0;
+  } else if (larger_for_small && numel <= 500) {
+    m = 8.0;
+  } else if (numel < 1000 || (shape.size() == 4 && shape[2] == 1 && shape[3] == 1) ||
+             tol >= 2e-2) {
+    m = 3.0;
+  }
+  return m;
+}
+
+namespace {
+
+// The most an rmse multiplier may be without a written reason: same()'s largest default.
+constexpr double kMaxDefaultMultiplier = 3.0;
+constexpr double kMaxUlpWithoutReason = 1.0;
+
+std::optional<std::string> loosening(const Rule& r) {
+  if (r.kind == RuleKind::kUlp && r.param > kMaxUlpWithoutReason) {
+    return "ulp:" + detail::format_number(r.param) + " allows more than 1 ULP";
+  }
+  if (r.kind == RuleKind::kRmse && r.param > kMaxDefaultMultiplier) {
+    return "multiplier " + detail::format_number(r.param) + " is above same()'s largest (3)";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void check_override_reasons(const JudgeOptions& options) {
+  auto check = [](const Rule& rule, const std::string& reason, const std::string& origin,
+                  const std::string& what) {
+    if (!reason.empty()) return;
+    if (auto why = loosening(rule)) {
+      fail(origin, what + " loosens the default (" + *why +
+                       ") and has no reason: give one in a policy file "
+                       "(\"reason\": \"...\") so the report can say why");
+    }
+  };
+  check(options.default_rule, "", "--rule", "default rule '" + options.default_rule.spec() + "'");
+  for (const auto& o : options.overrides) {
+    check(o.rule, o.reason, o.origin, "override '" + o.glob + "=" + o.rule.spec() + "'");
+  }
+}
+
+RuleChoice choose_rule(const std::string& name, DType dtype, const JudgeOptions& options) {
+  RuleChoice c{options.default_rule, nullptr};
+  for (const auto& o : options.overrides) {
+    if (glob_match(o.glob, name)) c = {o.rule, &o};
+  }
+  // Integers and bools have no rounding: rmse means exact for them, as in same().
+  if (!is_floating(dtype) && c.rule.kind == RuleKind::kRmse) c.rule = Rule{RuleKind::kExact, 0};
+  return c;
+}
+
+bool bias_check_fails(const Metrics& m) {
+  if (!m.has_truth || m.test_differs_truth == 0) return false;
+  const double noise = 4.0 / std::sqrt(static_cast<double>(m.test_differs_truth));
+  const double eb = std::fabs(m.eb_test);
+  return eb > noise && eb > 2.0 * std::fabs(m.eb_ref) + 0.05;
+}
+
+namespace {
+
+using detail::format_number;
+
+Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView* truth,
+                      const Metrics& m, const JudgeOptions& o) {
+  Verdict v;
+  const double multiplier =
+      rule.param > 0 ? rule.param
+                     : rmse_multiplier(test.dtype, test.shape, o.tol, o.larger_multiplier_for_small,
+                                       o.force_max_multiplier);
+  v.limit = multiplier;
+  if (m.has_truth) v.ratio = m.baseline > 0 ? m.error / m.baseline
+                                            : (m.error > 0 ? INFINITY : 0.0);
+  if (m.has_truth && std::isnan(m.error) && m.numel > 0) v.ratio = NAN;
+  if (m.not_close == 0) {
+    v.reason = "allclose to ref at tol " + format_number(o.tol);
+    return v;
+  }
+  if (truth == nullptr) {
+    v.kind = VerdictKind::kError;
+    v.reason = "rule rmse needs a float64 truth trace (or choose ulp:K, exact or abs:X)";
+    return v;
+  }
+  if (truth->dtype != DType::F64) {
+    v.kind = VerdictKind::kError;
+    v.reason = "truth is " + std::string(name(truth->dtype)) + ", not F64: rule rmse cannot judge";
+    return v;
+  }
+  if (m.truth_nonfinite.nan == 0 && m.test_nonfinite.nan == 0 && m.ref_nonfinite.nan > 0 &&
+      loosely_close_to_truth(test, *truth, o.equal_nan)) {
+    v.reason = "ref has NaN; test is allclose to truth at 4e-2 (same()'s NaN escape)";
+    return v;
+  }
+  if (std::isnan(m.baseline)) v.warnings.push_back("found NaN in reference: run it in higher precision");
+  bool pass = m.error <= multiplier * m.baseline + o.tol / 10.0;
+  if (!pass && o.equal_nan && std::isnan(m.error) && std::isnan(m.baseline)) pass = true;
+  if (m.baseline == 0 && m.error >= 0) {
+    v.warnings.push_back("baseline RMSE is 0 (ref equals truth): the allowance is only tol/10 = " +
+                         format_number(o.tol / 10.0));
+  }
+  if (pass) {
+    v.reason = "error " + format_number(m.error) + " <= " + format_number(multiplier) +
+               " x baseline " + format_number(m.baseline) + " + tol/10";
+  } else {
+    v.kind = VerdictKind::kFail;
+    v.reason = "RMSE vs truth " + format_number(m.error) + " > " + format_number(multiplier) +
+               " x ref's " + format_number(m.baseline) + " + tol/10";
+  }
+  return v;
+}
+
+}  // namespace
+
+Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorView& /*ref*/,
+                 const TensorView* truth, const Metrics& m, const JudgeOptions& o) {
+  const Rule& rule = choice.rule;
+  Verdict v;
+  switch (rule.kind) {
+    case RuleKind::kRmse:
+      v = evaluate_rmse(rule, test, truth, m, o);
+      break;
+    case RuleKind::kUlp: {
+      v.limit = rule.param;
+      if (!m.floating) {  // integers: the distance is the difference of the values
+        v.ratio = m.max_abs_ref;
+      } else {
+        v.ratio = m.ulp.any_inf ? INFINITY : static_cast<double>(m.ulp.max);
+      }
+      const bool pass = *v.ratio <= rule.param;
+      v.kind = pass ? VerdictKind::kPass : VerdictKind::kFail;
+      v.reason = (m.ulp.any_inf ? std::string("NaN against a number; ")
+                                : std::string()) +
+                 "max ULP " + format_number(*v.ratio) + (pass ? " <= " : " > ") +
+                 format_number(rule.param);
+      break;
+    }
+    case RuleKind::kExact: {
+      v.limit = 0;
+      v.ratio = static_cast<double>(m.bits_differ);
+      const bool pass = m.bits_differ == 0;
+      v.kind = pass ? VerdictKind::kPass : VerdictKind::kFail;
+      v.reason = pass ? "bitwise equal"
+                      : std::to_string(m.bits_differ) + " of " + std::to_string(m.numel) +
+                            " elements differ bitwise";
+      break;
+    }
+    case RuleKind::kAbs: {
+      v.limit = rule.param;
+      const bool has_nan = m.test_nonfinite.nan + m.ref_nonfinite.nan > 0;
+      const bool nan_ok = o.equal_nan && m.ulp.hist[kUlpInfBin] == 0;
+      v.ratio = (has_nan && !nan_ok) ? NAN : m.max_abs_ref;
+      const bool pass = !(has_nan && !nan_ok) && m.max_abs_ref <= rule.param;
+      v.kind = pass ? VerdictKind::kPass : VerdictKind::kFail;
+      v.reason = (has_nan && !nan_ok) ? std::string("NaN in test or ref")
+                                      : "max |test - ref| " + format_number(m.max_abs_ref) +
+                                            (pass ? " <= " : " > ") + format_number(rule.param);
+      break;
+    }
+  }
+  if (rule.kind == RuleKind::kRmse && rule.param > 0 && choice.override &&
+      choice.override->reason.empty() && v.kind != VerdictKind::kError) {
+    const double dflt = rmse_multiplier(test.dtype, test.shape, o.tol,
+                                        o.larger_multiplier_for_small, o.force_max_multiplier);
+    if (rule.param > dflt) {
+      v.kind = VerdictKind::kError;
+      v.reason = "override '" + choice.override->glob + "=" + rule.spec() +
+                 "' raises the multiplier from " + format_number(dflt) +
+                 " without a reason (give one in a policy file)";
+      return v;
+    }
+  }
+  if (m.floating && m.has_truth && bias_check_fails(m)) {
+    v.bias_failed = true;
+    if (o.check_bias && v.kind == VerdictKind::kPass) {
+      v.kind = VerdictKind::kFail;
+      v.reason = "biased: error balance " + format_number(m.eb_test) + " (ref " +
+                 format_number(m.eb_ref) + "); " + v.reason;
+    } else if (!o.check_bias) {
+      v.warnings.push_back("error balance " + format_number(m.eb_test) + " against ref's " +
+                           format_number(m.eb_ref) + ": --check-bias would fail it");
+    }
+  }
+  return v;
+}
+
+void parse_policy(std::string_view json, const std::string& path, JudgeOptions& options) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (auto err = parser.parse(simdjson::padded_string(json)).get(doc)) {
+    fail(path, std::string("policy is not valid JSON: ") + simdjson::error_message(err));
+  }
+  simdjson::dom::object root;
+  if (doc.get(root)) fail(path, "policy must be a JSON object");
+  auto need_string = [&](simdjson::dom::element e, const std::string& what) {
+    std::string_view s;
+    if (e.get(s)) fail(path, what + " must be a string");
+    return std::string(s);
+  };
+  for (auto field : root) {
+    const std::string key(field.key);
+    if (key == "default") {
+      options.default_rule = parse_rule(need_string(field.value, "\"default\""), path);
+    } else if (key == "tol") {
+      double tol;
+      if (field.value.get(tol) || !(tol >= 0)) fail(path, "\"tol\" must be a non-negative number");
+      options.tol = tol;
+    } else if (key == "check_bias" || key == "equal_nan") {
+      bool b;
+      if (field.value.get(b)) fail(path, "\"" + key + "\" must be true or false");
+      (key == "check_bias" ? options.check_bias : options.equal_nan) = b;
+    } else if (key == "overrides") {
+      simdjson::dom::array list;
+      if (field.value.get(list)) fail(path, "\"overrides\" must be an array");
+      std::size_t i = 0;
+      for (auto item : list) {
+        const std::string where = "\"overrides\"[" + std::to_string(i++) + "]";
+        simdjson::dom::object obj;
+        if (item.get(obj)) fail(path, where + " must be an object");
+        Override o;
+        o.origin = path;
+        bool has_match = false, has_rule = false;
+        for (auto f : obj) {
+          const std::string k(f.key);
+          if (k == "match") {
+            o.glob = need_string(f.value, where + ".match");
+            has_match = true;
+          } else if (k == "rule") {
+            o.rule = parse_rule(need_string(f.value, where + ".rule"), path);
+            has_rule = true;
+          } else if (k == "reason") {
+            o.reason = need_string(f.value, where + ".reason");
+            if (o.reason.find_first_not_of(" \t\r\n") == std::string::npos) o.reason.clear();
+          } else {
+            fail(path, where + ": unknown field \"" + k + "\" (expected match, rule, reason)");
+          }
+        }
+        if (!has_match || !has_rule) fail(path, where + " needs \"match\" and \"rule\"");
+        options.overrides.push_back(std::move(o));
+      }
+    } else {
+      fail(path, "unknown policy field \"" + key +
+                     "\" (expected default, tol, check_bias, equal_nan, overrides)");
+    }
+  }
+}
+
+void load_policy(const std::string& path, JudgeOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open policy file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  parse_policy(ss.str(), path, options);
+}
+
+}  // namespace numalign

@@ -1,0 +1,531 @@
+// trace.cpp: safetensors reading (mmap + validation), sharded traces, metadata, writing.
+#include "numalign/trace.hpp"
+
+#include <fcntl.h>
+#include <simdjson.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "json.hpp"
+#include "numalign/error.hpp"
+
+namespace numalign {
+
+namespace fs = std::filesystem;
+
+// A read-only private mapping of a whole file; the file is never written.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a safetensors file");
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      fail(path, "not a regular file");
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int e = errno;
+        ::close(fd);
+        fail(path, std::string("cannot map: ") + std::strerror(e));
+      }
+      ::madvise(p, size_, MADV_SEQUENTIAL);
+      data_ = static_cast<const std::byte*>(p);
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+
+ private:
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+namespace {
+
+std::string json_quoted(std::string_view name) {
+  std::string s;
+  detail::append_json_string(s, name);
+  return s;
+}
+
+bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
+  return !__builtin_mul_overflow(a, b, &out);
+}
+
+struct RawEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::uint64_t begin, end;
+};
+
+std::uint64_t read_u64(const simdjson::dom::element& e, const std::string& where,
+                       const std::string& label, const char* what) {
+  std::uint64_t v;
+  if (e.get(v)) {
+    fail(label, where + ": " + what + " must hold non-negative integers");
+  }
+  return v;
+}
+
+std::map<std::string, std::string> parse_metadata_map(const simdjson::dom::element& e,
+                                                      const std::string& label) {
+  std::map<std::string, std::string> out;
+  if (e.is_null()) return out;
+  simdjson::dom::object obj;
+  if (e.get(obj)) fail(label, "__metadata__ must be an object of strings (or null)");
+  for (auto f : obj) {
+    std::string_view v;
+    if (f.value.get(v)) {
+      fail(label, "__metadata__ value of " + json_quoted(f.key) + " is not a string");
+    }
+    if (!out.emplace(std::string(f.key), std::string(v)).second) {
+      fail(label, "__metadata__ has the key " + json_quoted(f.key) + " twice");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void Trace::add_file(std::span<const std::byte> bytes, const std::string& label) {
+  const std::size_t size = bytes.size();
+  if (size < 8) {
+    fail(label, "file is " + std::to_string(size) +
+                    " bytes, too short for the 8-byte header length (not a safetensors file)");
+  }
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<std::uint8_t>(bytes[i]);
+  if (n > kMaxHeaderSize) {
+    fail(label, "header length " + std::to_string(n) + " exceeds the " +
+                    std::to_string(kMaxHeaderSize) + "-byte limit (not a safetensors file?)");
+  }
+  if (n > size - 8) {
+    fail(label, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                    std::to_string(size) + " bytes): truncated?");
+  }
+  const auto* hp = reinterpret_cast<const char*>(bytes.data() + 8);
+  const std::string_view header(hp, n);
+  if (!simdjson::validate_utf8(header.data(), header.size())) {
+    fail(label, "header is not valid UTF-8");
+  }
+  if (const auto nul = header.find('\0'); nul != std::string_view::npos) {
+    fail(label, "header has a NUL byte at offset " + std::to_string(nul + 8) +
+                    " (headers are padded with spaces, not NUL)");
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (auto err = parser.parse(simdjson::padded_string(header)).get(doc)) {
+    fail(label, std::string("header is not valid JSON: ") + simdjson::error_message(err));
+  }
+  simdjson::dom::object root;
+  if (doc.get(root)) fail(label, "header is not a JSON object");
+
+  std::vector<RawEntry> raw;
+  bool seen_metadata = false;
+  std::map<std::string, std::string> file_metadata;
+  std::map<std::string_view, int> names;
+  for (auto field : root) {
+    const std::string_view key = field.key;
+    if (key == "__metadata__") {
+      if (seen_metadata) fail(label, "header has __metadata__ twice");
+      seen_metadata = true;
+      file_metadata = parse_metadata_map(field.value, label);
+      continue;
+    }
+    const std::string where = "tensor " + json_quoted(key);
+    if (!names.emplace(key, 0).second) {
+      fail(label, where + " appears twice in the header (names must be unique)");
+    }
+    if (key.find('\0') != std::string_view::npos) fail(label, where + ": name has a NUL byte");
+    simdjson::dom::object entry;
+    if (field.value.get(entry)) fail(label, where + ": entry is not an object");
+    RawEntry e{std::string(key), DType::F32, {}, 0, 0};
+    simdjson::dom::element dtype_el, shape_el, offsets_el;
+    if (entry["dtype"].get(dtype_el)) fail(label, where + ": entry has no \"dtype\"");
+    if (entry["shape"].get(shape_el)) fail(label, where + ": entry has no \"shape\"");
+    if (entry["data_offsets"].get(offsets_el)) fail(label, where + ": entry has no \"data_offsets\"");
+    std::string_view dtype_name;
+    if (dtype_el.get(dtype_name)) fail(label, where + ": dtype is not a string");
+    const auto dt = dtype_from_name(dtype_name);
+    if (!dt) fail(label, where + ": unknown dtype " + json_quoted(dtype_name));
+    e.dtype = *dt;
+    simdjson::dom::array shape_arr, offsets_arr;
+    if (shape_el.get(shape_arr)) fail(label, where + ": shape is not an array");
+    for (auto d : shape_arr) e.shape.push_back(read_u64(d, where, label, "shape"));
+    if (offsets_el.get(offsets_arr) || offsets_arr.size() != 2) {
+      fail(label, where + ": data_offsets must be [begin, end]");
+    }
+    e.begin = read_u64(offsets_arr.at(0).value_unsafe(), where, label, "data_offsets");
+    e.end = read_u64(offsets_arr.at(1).value_unsafe(), where, label, "data_offsets");
+    raw.push_back(std::move(e));
+  }
+  // Validate the layout as the reference does: sorted by offsets, back to back from 0.
+  std::sort(raw.begin(), raw.end(), [](const RawEntry& a, const RawEntry& b) {
+    return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
+  });
+  const std::uint64_t data_size = size - 8 - n;
+  std::uint64_t expected = 0;
+  const std::byte* data = bytes.data() + 8 + n;
+  for (const auto& e : raw) {
+    const std::string where = "tensor " + json_quoted(e.name);
+    if (e.end < e.begin) {
+      fail(label, where + ": data_offsets [" + std::to_string(e.begin) + ", " +
+                      std::to_string(e.end) + "] end before they begin");
+    }
+    if (e.begin != expected) {
+      fail(label, where + ": data starts at " + std::to_string(e.begin) + " but the previous " +
+                      "tensor ends at " + std::to_string(expected) +
+                      (e.begin > expected ? " (a hole)" : " (an overlap)"));
+    }
+    std::uint64_t numel = 1, nbits = 0;
+    for (auto d : e.shape) {
+      if (!checked_mul(numel, d, numel)) fail(label, where + ": shape product overflows");
+    }
+    if (!checked_mul(numel, static_cast<std::uint64_t>(bits(e.dtype)), nbits)) {
+      fail(label, where + ": byte size overflows");
+    }
+    if (nbits % 8 != 0) {
+      fail(label, where + ": " + std::to_string(numel) + " elements of " +
+                      std::string(name(e.dtype)) + " do not fill whole bytes");
+    }
+    if (e.end - e.begin != nbits / 8) {
+      fail(label, where + ": " + std::string(name(e.dtype)) + " " + format_shape(e.shape) +
+                      " needs " + std::to_string(nbits / 8) + " bytes but data_offsets span " +
+                      std::to_string(e.end - e.begin));
+    }
+    if (e.end > data_size) {
+      fail(label, where + ": data_offsets end at " + std::to_string(e.end) +
+                      ", past the data section (" + std::to_string(data_size) + " bytes)");
+    }
+    expected = e.end;
+  }
+  if (expected != data_size) {
+    fail(label, "tensor data ends at byte " + std::to_string(8 + n + expected) +
+                    " but the file has " + std::to_string(size) + " bytes (trailing bytes)");
+  }
+  if (entries_.empty() && raw_metadata_.empty()) {
+    raw_metadata_ = file_metadata;
+    if (auto it = file_metadata.find(kMetadataKey); it != file_metadata.end()) {
+      metadata_ = TraceMetadata::from_json(it->second, label);
+    }
+  }
+  for (auto& e : raw) {
+    if (index_.count(e.name)) {
+      fail(label, "tensor " + json_quoted(e.name) + " is also in " + entries_[index_[e.name]].file);
+    }
+    index_[e.name] = entries_.size();
+    entries_.push_back({e.name, TensorView{e.dtype, e.shape, data + e.begin}, label});
+  }
+}
+
+Trace Trace::parse(std::span<const std::byte> bytes, const std::string& label) {
+  Trace t;
+  t.path_ = label;
+  t.add_file(bytes, label);
+  return t;
+}
+
+namespace {
+
+std::vector<std::string> shards_of_index(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open index");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (auto err = parser.parse(simdjson::padded_string(ss.str())).get(doc)) {
+    fail(path, std::string("index is not valid JSON: ") + simdjson::error_message(err));
+  }
+  simdjson::dom::object map;
+  if (doc["weight_map"].get(map)) fail(path, "index has no \"weight_map\" object");
+  std::vector<std::string> shards;
+  const fs::path dir = fs::path(path).parent_path();
+  for (auto f : map) {
+    std::string_view shard;
+    if (f.value.get(shard)) fail(path, "weight_map value of " + json_quoted(f.key) + " is not a string");
+    const std::string full = (dir / std::string(shard)).string();
+    if (std::find(shards.begin(), shards.end(), full) == shards.end()) shards.push_back(full);
+  }
+  std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
+}  // namespace
+
+Trace Trace::open(const std::string& path) {
+  Trace t;
+  t.path_ = path;
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& de : fs::directory_iterator(path, ec)) {
+      if (de.path().extension() == ".safetensors") files.push_back(de.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) fail(path, "directory holds no .safetensors files");
+  } else if (path.size() > 11 && path.ends_with(".index.json")) {
+    files = shards_of_index(path);
+  } else {
+    files.push_back(path);
+  }
+  for (const auto& f : files) {
+    auto mapped = std::make_shared<MappedFile>(f);
+    t.files_.push_back(mapped);
+    t.add_file(mapped->bytes(), f);
+  }
+  return t;
+}
+
+const TraceEntry* Trace::find(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+std::uint64_t Trace::data_bytes() const {
+  std::uint64_t b = 0;
+  for (const auto& e : entries_) b += e.view.nbytes();
+  return b;
+}
+
+// ---- metadata ----
+
+std::string TraceMetadata::to_json() const {
+  detail::JsonWriter w;
+  w.begin_object();
+  auto str = [&](const char* k, const std::string& v) {
+    if (!v.empty()) w.key(k).string(v);
+  };
+  str("role", role);
+  str("dtype_recipe", dtype_recipe);
+  str("device", device);
+  if (!versions.empty()) {
+    w.key("versions").begin_object();
+    for (const auto& [k, v] : versions) w.key(k).string(v);
+    w.end_object();
+  }
+  if (!tf32.empty()) {
+    w.key("tf32").begin_object();
+    for (const auto& [k, v] : tf32) w.key(k).boolean(v);
+    w.end_object();
+  }
+  if (seed) w.key("seed").raw(std::to_string(*seed));
+  if (!order.empty()) {
+    w.key("order").begin_array();
+    for (const auto& n : order) w.string(n);
+    w.end_array();
+  }
+  if (!tags.empty()) {
+    w.key("tags").begin_object();
+    for (const auto& [name, kv] : tags) {
+      w.key(name).begin_object();
+      for (const auto& [k, v] : kv) w.key(k).string(v);
+      w.end_object();
+    }
+    w.end_object();
+  }
+  if (!fingerprints.empty()) {
+    w.key("fingerprints").begin_object();
+    for (const auto& [k, v] : fingerprints) w.key(k).string(v);
+    w.end_object();
+  }
+  w.end_object();
+  return w.take();
+}
+
+TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string& where) {
+  const std::string ctx = std::string("__metadata__[\"") + kMetadataKey + "\"]";
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (auto err = parser.parse(simdjson::padded_string(json)).get(doc)) {
+    fail(where, ctx + " is not valid JSON: " + simdjson::error_message(err));
+  }
+  simdjson::dom::object root;
+  if (doc.get(root)) fail(where, ctx + " is not a JSON object");
+  TraceMetadata m;
+  auto need_string = [&](simdjson::dom::element e, const std::string& what) {
+    std::string_view s;
+    if (e.get(s)) fail(where, ctx + ": " + what + " must be a string");
+    return std::string(s);
+  };
+  auto string_map = [&](simdjson::dom::element e, const std::string& what) {
+    std::map<std::string, std::string> out;
+    simdjson::dom::object obj;
+    if (e.get(obj)) fail(where, ctx + ": " + what + " must be an object");
+    for (auto f : obj) out[std::string(f.key)] = need_string(f.value, what + "." + std::string(f.key));
+    return out;
+  };
+  for (auto f : root) {
+    const std::string k(f.key);
+    if (k == "role") m.role = need_string(f.value, k);
+    else if (k == "dtype_recipe") m.dtype_recipe = need_string(f.value, k);
+    else if (k == "device") m.device = need_string(f.value, k);
+    else if (k == "versions") m.versions = string_map(f.value, k);
+    else if (k == "fingerprints") m.fingerprints = string_map(f.value, k);
+    else if (k == "seed") {
+      std::int64_t s;
+      if (f.value.get(s)) fail(where, ctx + ": seed must be an integer");
+      m.seed = s;
+    } else if (k == "tf32") {
+      simdjson::dom::object obj;
+      if (f.value.get(obj)) fail(where, ctx + ": tf32 must be an object of booleans");
+      for (auto g : obj) {
+        bool b;
+        if (g.value.get(b)) fail(where, ctx + ": tf32 values must be booleans");
+        m.tf32[std::string(g.key)] = b;
+      }
+    } else if (k == "order") {
+      simdjson::dom::array arr;
+      if (f.value.get(arr)) fail(where, ctx + ": order must be an array of names");
+      for (auto v : arr) m.order.push_back(need_string(v, "order[]"));
+    } else if (k == "tags") {
+      simdjson::dom::object obj;
+      if (f.value.get(obj)) fail(where, ctx + ": tags must be an object");
+      for (auto g : obj) m.tags[std::string(g.key)] = string_map(g.value, "tags." + std::string(g.key));
+    }
+    // Unknown fields are tolerated: newer writers may add some.
+  }
+  return m;
+}
+
+// ---- writing ----
+
+std::string serialize_header(const std::vector<NamedTensor>& tensors,
+                             const std::map<std::string, std::string>* metadata) {
+  std::vector<const NamedTensor*> order;
+  for (const auto& t : tensors) {
+    if (t.name == "__metadata__") fail(t.name, "a tensor cannot be named __metadata__");
+    order.push_back(&t);
+  }
+  std::sort(order.begin(), order.end(), [](const NamedTensor* a, const NamedTensor* b) {
+    if (a->view.dtype != b->view.dtype) return a->view.dtype > b->view.dtype;
+    return a->name < b->name;
+  });
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    if (order[i]->name == order[i - 1]->name && order[i]->view.dtype == order[i - 1]->view.dtype) {
+      fail(order[i]->name, "tensor name given twice");
+    }
+  }
+  detail::JsonWriter w;
+  w.begin_object();
+  if (metadata) {
+    w.key("__metadata__").begin_object();
+    for (const auto& [k, v] : *metadata) w.key(k).string(v);
+    w.end_object();
+  }
+  std::uint64_t offset = 0;
+  for (const NamedTensor* t : order) {
+    w.key(t->name).begin_object();
+    w.key("dtype").string(name(t->view.dtype));
+    w.key("shape").begin_array();
+    for (auto d : t->view.shape) w.integer(d);
+    w.end_array();
+    const std::uint64_t nb = t->view.nbytes();
+    w.key("data_offsets").begin_array().integer(offset).integer(offset + nb).end_array();
+    offset += nb;
+    w.end_object();
+  }
+  w.end_object();
+  std::string header = w.take();
+  header.append((8 - header.size() % 8) % 8, ' ');
+  return header;
+}
+
+namespace {
+
+class TempFile {
+ public:
+  explicit TempFile(const std::string& target) : target_(target) {
+    const fs::path p(target);
+    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    std::string pattern = (dir / ("." + p.filename().string() + ".tmp.XXXXXX")).string();
+    fd_ = ::mkstemp(pattern.data());
+    if (fd_ < 0) fail(target, std::string("cannot create a temporary file: ") + std::strerror(errno));
+    tmp_ = pattern;
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  void write(const void* data, std::size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t k = ::write(fd_, p, n);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        fail(target_, std::string("write failed: ") + std::strerror(errno));
+      }
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    }
+  }
+  void commit() {
+    if (::fchmod(fd_, 0644) != 0 || ::fsync(fd_) != 0) {
+      fail(target_, std::string("cannot flush: ") + std::strerror(errno));
+    }
+    ::close(fd_);
+    fd_ = -1;
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
+      fail(target_, std::string("cannot rename into place: ") + std::strerror(errno));
+    }
+    committed_ = true;
+  }
+
+ private:
+  std::string target_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+void write_trace(const std::string& path, const std::vector<NamedTensor>& tensors,
+                 const std::map<std::string, std::string>* metadata) {
+  const std::string header = serialize_header(tensors, metadata);
+  std::vector<const NamedTensor*> order;
+  for (const auto& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const NamedTensor* a, const NamedTensor* b) {
+    if (a->view.dtype != b->view.dtype) return a->view.dtype > b->view.dtype;
+    return a->name < b->name;
+  });
+  TempFile out(path);
+  std::uint8_t len[8];
+  std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(n >> (8 * i));
+  out.write(len, 8);
+  out.write(header.data(), header.size());
+  for (const NamedTensor* t : order) out.write(t->view.data, t->view.nbytes());
+  out.commit();
+}
+
+void write_file_atomic(const std::string& path, std::string_view content) {
+  if (path == "-") {
+    std::fwrite(content.data(), 1, content.size(), stdout);
+    return;
+  }
+  TempFile out(path);
+  out.write(content.data(), content.size());
+  out.commit();
+}
+
+}  // namespace numalign
