@@ -1,0 +1,215 @@
+// rules_test.cpp: same()'s multiplier table branch by branch, the pass inequality at its
+// boundary, rule specs, globs, overrides and the policy file.
+#include "numalign/rules.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "numalign/error.hpp"
+
+namespace numalign {
+namespace {
+
+TEST(MultiplierTest, EveryBranchOfSamesTable) {
+  const Shape big{2000};
+  EXPECT_EQ(rmse_multiplier(DType::F32, big, 1e-4, false, false), 2.0);
+  EXPECT_EQ(rmse_multiplier(DType::F64, big, 1e-4, false, false), 2.0);
+  EXPECT_EQ(rmse_multiplier(DType::BF16, big, 1e-4, false, false), 3.0);
+  EXPECT_EQ(rmse_multiplier(DType::F16, big, 1e-4, false, false), 3.0);
+  EXPECT_EQ(rmse_multiplier(DType::F8_E4M3, big, 1e-4, false, false), 3.0);
+  // numel < 1000 raises fp32 to 3; exactly 1000 does not.
+  EXPECT_EQ(rmse_multiplier(DType::F32, {999}, 1e-4, false, false), 3.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, {1000}, 1e-4, false, false), 2.0);
+  // 4-D with the last two dims 1.
+  EXPECT_EQ(rmse_multiplier(DType::F32, {10, 200, 1, 1}, 1e-4, false, false), 3.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, {10, 200, 1, 2}, 1e-4, false, false), 2.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, {2000, 1, 1}, 1e-4, false, false), 2.0);
+  // tol >= 2e-2.
+  EXPECT_EQ(rmse_multiplier(DType::F32, big, 2e-2, false, false), 3.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, big, 1.9e-2, false, false), 2.0);
+  // Optional tiers.
+  EXPECT_EQ(rmse_multiplier(DType::F32, {10}, 1e-4, true, false), 10.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, {11}, 1e-4, true, false), 8.0);
+  EXPECT_EQ(rmse_multiplier(DType::BF16, {500}, 1e-4, true, false), 8.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, {501}, 1e-4, true, false), 3.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, {10}, 1e-4, false, false), 3.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, big, 1e-4, true, true), 10.0);
+  EXPECT_EQ(rmse_multiplier(DType::F32, big, 1e-4, false, true), 10.0);
+}
+
+// Metrics that skip the fast path, with given RMSEs: the inequality alone decides.
+Metrics rmse_metrics(double error, double baseline, std::uint64_t numel) {
+  Metrics m;
+  m.numel = numel;
+  m.floating = true;
+  m.has_truth = true;
+  m.error = error;
+  m.baseline = baseline;
+  m.not_close = 1;
+  return m;
+}
+
+TEST(RmseRuleTest, PassInequalityAtItsBoundary) {
+  const TensorView test{DType::F32, {4096}, nullptr}, truth{DType::F64, {4096}, nullptr};
+  const JudgeOptions o;
+  const RuleChoice rmse{Rule{}, nullptr};
+  const double baseline = 0.01, edge = 2.0 * baseline + 1e-4 / 10.0;
+  auto v = evaluate(rmse, test, test, &truth, rmse_metrics(edge, baseline, 4096), o);
+  EXPECT_EQ(v.kind, VerdictKind::kPass) << v.reason;
+  EXPECT_DOUBLE_EQ(*v.ratio, edge / baseline);
+  EXPECT_EQ(*v.limit, 2.0);
+  v = evaluate(rmse, test, test, &truth, rmse_metrics(std::nextafter(edge, 1.0), baseline, 4096), o);
+  EXPECT_EQ(v.kind, VerdictKind::kFail);
+  EXPECT_NE(v.reason.find("RMSE vs truth"), std::string::npos);
+}
+
+TEST(RmseRuleTest, FastPathNeedsNoTruth) {
+  const TensorView test{DType::F32, {8}, nullptr};
+  Metrics m;
+  m.numel = 8;
+  m.floating = true;
+  const auto v = evaluate({Rule{}, nullptr}, test, test, nullptr, m, JudgeOptions{});
+  EXPECT_EQ(v.kind, VerdictKind::kPass);
+  EXPECT_NE(v.reason.find("allclose"), std::string::npos);
+}
+
+TEST(RmseRuleTest, TruthMustBeFloat64) {
+  const TensorView test{DType::BF16, {8}, nullptr}, truth{DType::F32, {8}, nullptr};
+  const auto v = evaluate({Rule{}, nullptr}, test, test, &truth, rmse_metrics(1, 1, 8), JudgeOptions{});
+  EXPECT_EQ(v.kind, VerdictKind::kError);
+  EXPECT_NE(v.reason.find("not F64"), std::string::npos);
+  const auto none = evaluate({Rule{}, nullptr}, test, test, nullptr, rmse_metrics(1, 1, 8), JudgeOptions{});
+  EXPECT_EQ(none.kind, VerdictKind::kError);
+}
+
+TEST(RmseRuleTest, NanErrorsPassOnlyWithEqualNan) {
+  const TensorView test{DType::F32, {4096}, nullptr}, truth{DType::F64, {4096}, nullptr};
+  JudgeOptions o;
+  const auto m = rmse_metrics(NAN, NAN, 4096);
+  EXPECT_EQ(evaluate({Rule{}, nullptr}, test, test, &truth, m, o).kind, VerdictKind::kFail);
+  o.equal_nan = true;
+  EXPECT_EQ(evaluate({Rule{}, nullptr}, test, test, &truth, m, o).kind, VerdictKind::kPass);
+}
+
+TEST(RuleSpecTest, ParsesAndPrintsEveryKind) {
+  EXPECT_EQ(parse_rule("rmse").spec(), "rmse");
+  EXPECT_EQ(parse_rule("rmse:5").spec(), "rmse:5");
+  EXPECT_EQ(parse_rule("ulp:1").kind, RuleKind::kUlp);
+  EXPECT_EQ(parse_rule("ulp:4").param, 4);
+  EXPECT_EQ(parse_rule("exact").kind, RuleKind::kExact);
+  EXPECT_EQ(parse_rule("abs:0.13").param, 0.13);
+  EXPECT_EQ(parse_rule("abs:0.13").spec(), "abs:0.13");
+  for (const char* bad : {"", "rmse:", "rmse:0", "ulp", "ulp:1.5", "ulp:-1", "abs:x", "exact:1", "close"}) {
+    EXPECT_THROW(parse_rule(bad), Error) << bad;
+  }
+  try {
+    parse_rule("ulp:x", "policy.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "policy.json");
+    EXPECT_NE(e.problem().find("'x' is not a non-negative number"), std::string::npos);
+  }
+}
+
+TEST(GlobTest, StarsAndQuestionMarks) {
+  EXPECT_TRUE(glob_match("decoder.*.grad", "decoder.layers.3.grad"));
+  EXPECT_FALSE(glob_match("decoder.*.grad", "decoder.layers.3.out"));
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_TRUE(glob_match("a?c", "abc"));
+  EXPECT_FALSE(glob_match("a?c", "ac"));
+  EXPECT_TRUE(glob_match("*.*.*", "a.b.c"));
+  EXPECT_TRUE(glob_match("**x", "yyx"));
+  EXPECT_FALSE(glob_match("x", "xx"));
+}
+
+TEST(OverrideTest, LastMatchWinsAndIntegersAreExact) {
+  JudgeOptions o;
+  o.overrides.push_back({"*.grad", parse_rule("ulp:1"), "", "--rule"});
+  o.overrides.push_back({"dec.*.grad", parse_rule("exact"), "", "--rule"});
+  EXPECT_EQ(choose_rule("enc.grad", DType::BF16, o).rule.kind, RuleKind::kUlp);
+  EXPECT_EQ(choose_rule("dec.0.grad", DType::BF16, o).rule.kind, RuleKind::kExact);
+  EXPECT_EQ(choose_rule("out", DType::BF16, o).rule.kind, RuleKind::kRmse);
+  EXPECT_EQ(choose_rule("out", DType::I64, o).rule.kind, RuleKind::kExact);
+}
+
+TEST(OverrideTest, LooseningNeedsAReason) {
+  JudgeOptions o;
+  o.overrides.push_back({"*", parse_rule("ulp:1"), "", "--rule"});
+  EXPECT_NO_THROW(check_override_reasons(o));
+  o.overrides.push_back({"attn.*", parse_rule("ulp:4"), "", "--rule"});
+  EXPECT_THROW(check_override_reasons(o), Error);
+  o.overrides.back().reason = "softmax kernel uses exp2 approximation, 4 ULP documented";
+  EXPECT_NO_THROW(check_override_reasons(o));
+  o.overrides.push_back({"x", parse_rule("rmse:9"), "", "p.json"});
+  EXPECT_THROW(check_override_reasons(o), Error);
+}
+
+TEST(OverrideTest, RaisingTheMultiplierPerTensorNeedsAReason) {
+  JudgeOptions o;
+  o.overrides.push_back({"*", parse_rule("rmse:3"), "", "--rule"});
+  const Override& ov = o.overrides.back();
+  const TensorView big{DType::F32, {4096}, nullptr}, truth{DType::F64, {4096}, nullptr};
+  // fp32 at 4096 elements defaults to 2: an unexplained 3 is refused.
+  auto v = evaluate({ov.rule, &ov}, big, big, &truth, rmse_metrics(0.1, 0.1, 4096), o);
+  EXPECT_EQ(v.kind, VerdictKind::kError);
+  EXPECT_NE(v.reason.find("without a reason"), std::string::npos);
+  const TensorView half{DType::BF16, {4096}, nullptr};
+  v = evaluate({ov.rule, &ov}, half, half, &truth, rmse_metrics(0.1, 0.1, 4096), o);
+  EXPECT_EQ(v.kind, VerdictKind::kPass);  // bf16's default is already 3
+}
+
+TEST(PolicyTest, ReadsOverridesWithReasons) {
+  JudgeOptions o;
+  parse_policy(R"({"default": "rmse", "tol": 0.001, "check_bias": true,
+    "overrides": [{"match": "decoder.*.grad", "rule": "ulp:2", "reason": "atomics reorder the sum"}]})",
+               "p.json", o);
+  EXPECT_EQ(o.tol, 0.001);
+  EXPECT_TRUE(o.check_bias);
+  ASSERT_EQ(o.overrides.size(), 1u);
+  EXPECT_EQ(o.overrides[0].reason, "atomics reorder the sum");
+  EXPECT_EQ(o.overrides[0].origin, "p.json");
+  EXPECT_NO_THROW(check_override_reasons(o));
+}
+
+TEST(PolicyTest, RejectsBadPoliciesByName) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[1]", "must be a JSON object"},
+      {"{", "not valid JSON"},
+      {R"({"tol": "x"})", "\"tol\" must be"},
+      {R"({"overrides": [{"rule": "exact"}]})", "needs \"match\" and \"rule\""},
+      {R"({"overrides": [{"match": "*", "rule": "exact", "why": "x"}]})", "unknown field \"why\""},
+      {R"({"overides": []})", "unknown policy field \"overides\""},
+  };
+  for (const auto& [json, message] : cases) {
+    JudgeOptions o;
+    try {
+      parse_policy(json, "p.json", o);
+      ADD_FAILURE() << json;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.where(), "p.json");
+      EXPECT_NE(e.problem().find(message), std::string::npos) << e.what();
+    }
+  }
+  JudgeOptions o;
+  parse_policy(R"({"overrides": [{"match": "*", "rule": "ulp:8", "reason": "   "}]})", "p.json", o);
+  EXPECT_THROW(check_override_reasons(o), Error);  // a blank reason is no reason
+}
+
+TEST(BiasCheckTest, ThresholdsOfDesignSection3) {
+  Metrics m;
+  m.has_truth = true;
+  m.test_differs_truth = 400;  // noise floor 4 / 20 = 0.2
+  m.eb_ref = 0.0;
+  m.eb_test = 0.19;
+  EXPECT_FALSE(bias_check_fails(m));
+  m.eb_test = -0.21;
+  EXPECT_TRUE(bias_check_fails(m));
+  m.eb_ref = 0.1;  // 2 * 0.1 + 0.05 = 0.25
+  EXPECT_FALSE(bias_check_fails(m));
+  m.eb_test = 0.26;
+  EXPECT_TRUE(bias_check_fails(m));
+}
+
+}  // namespace
+}  // namespace numalign

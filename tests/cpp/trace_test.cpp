@@ -1,0 +1,253 @@
+// trace_test.cpp: write -> read round trips for every dtype, the reference serializer's
+// layout, shards, and one malformed file of each kind with its specific message.
+#include "numalign/trace.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "numalign/error.hpp"
+
+namespace numalign {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "numalign_test_XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::vector<std::byte> bytes_of(const std::string& s) {
+  std::vector<std::byte> b(s.size());
+  std::memcpy(b.data(), s.data(), s.size());
+  return b;
+}
+
+// A file image: 8-byte length, header, data.
+std::string file_image(const std::string& header, const std::string& data = "") {
+  std::string out(8, '\0');
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
+  return out + header + data;
+}
+
+TEST(TraceWriteTest, HeaderMatchesTheReferenceSerializer) {
+  // The reference's own unit test: F32 [1, 2, 3] named attn.0, no metadata.
+  std::vector<float> values{0, 1, 2, 3, 4, 5};
+  const TensorView v{DType::F32, {1, 2, 3}, reinterpret_cast<const std::byte*>(values.data())};
+  const std::string header = serialize_header({{"attn.0", v}}, nullptr);
+  // 64 bytes: already a multiple of 8, so no padding (the reference's bytes start with 64).
+  EXPECT_EQ(header, R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})");
+  EXPECT_EQ(header.size() % 8, 0u);
+  // Empty with one metadata key, as in the reference's test_empty.
+  const std::map<std::string, std::string> meta{{"framework", "pt"}};
+  EXPECT_EQ(serialize_header({}, &meta), std::string(R"({"__metadata__":{"framework":"pt"}})") + "     ");
+  EXPECT_EQ(serialize_header({}, nullptr), "{}      ");
+}
+
+TEST(TraceWriteTest, EntriesOrderedByDtypeDescendingThenName) {
+  const std::byte data[8] = {};
+  const std::string h = serialize_header({{"b", {DType::U8, {1}, data}},
+                                          {"a", {DType::U8, {1}, data}},
+                                          {"z", {DType::F64, {1}, data}},
+                                          {"m", {DType::BF16, {1}, data}}},
+                                         nullptr);
+  EXPECT_LT(h.find("\"z\""), h.find("\"m\""));
+  EXPECT_LT(h.find("\"m\""), h.find("\"a\""));
+  EXPECT_LT(h.find("\"a\""), h.find("\"b\""));
+  EXPECT_NE(h.find(R"("z":{"dtype":"F64","shape":[1],"data_offsets":[0,8]})"), std::string::npos);
+  EXPECT_NE(h.find(R"("b":{"dtype":"U8","shape":[1],"data_offsets":[11,12]})"), std::string::npos);
+}
+
+TEST(TraceWriteTest, RoundTripOfEveryDtypeAndMetadata) {
+  TempDir dir;
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<NamedTensor> tensors;
+  for (int i = 0; i < kDTypeCount; ++i) {
+    const auto d = static_cast<DType>(i);
+    const std::uint64_t numel = bits(d) < 8 ? 8 : 3;  // packed types fill whole bytes
+    std::vector<std::byte> b(numel * static_cast<std::uint64_t>(bits(d)) / 8);
+    for (std::size_t k = 0; k < b.size(); ++k) b[k] = static_cast<std::byte>(k * 37 + i);
+    storage.push_back(std::move(b));
+    tensors.push_back({"t." + std::string(name(d)), {d, {numel}, storage.back().data()}});
+  }
+  tensors.push_back({"scalar", {DType::F32, {}, storage[0].data()}});
+  tensors.push_back({"empty", {DType::F16, {0, 4}, nullptr}});
+  TraceMetadata meta;
+  meta.role = "test";
+  meta.seed = 42;
+  meta.order = {"scalar", "empty"};
+  meta.tf32 = {{"matmul", false}};
+  const std::map<std::string, std::string> header{{kMetadataKey, meta.to_json()}, {"format", "pt"}};
+  const std::string path = dir.file("all.safetensors");
+  write_trace(path, tensors, &header);
+  const Trace t = Trace::open(path);
+  ASSERT_EQ(t.entries().size(), tensors.size());
+  for (const auto& w : tensors) {
+    const TraceEntry* e = t.find(w.name);
+    ASSERT_NE(e, nullptr) << w.name;
+    EXPECT_EQ(e->view.dtype, w.view.dtype);
+    EXPECT_EQ(e->view.shape, w.view.shape);
+    ASSERT_EQ(e->view.nbytes(), w.view.nbytes());
+    if (w.view.nbytes()) {
+      EXPECT_EQ(std::memcmp(e->view.data, w.view.data, w.view.nbytes()), 0) << w.name;
+    }
+  }
+  ASSERT_TRUE(t.metadata());
+  EXPECT_EQ(t.metadata()->role, "test");
+  EXPECT_EQ(t.metadata()->seed, 42);
+  EXPECT_EQ(t.metadata()->order, meta.order);
+  EXPECT_EQ(t.raw_metadata().at("format"), "pt");
+}
+
+TEST(TraceWriteTest, FailedWriteLeavesThePreviousFileIntact) {
+  TempDir dir;
+  const std::string path = dir.file("keep.safetensors");
+  const std::byte data[4] = {};
+  write_trace(path, {{"x", {DType::F32, {1}, data}}}, nullptr);
+  const auto before = fs::file_size(path);
+  // A tensor named __metadata__ is refused before anything is written.
+  EXPECT_THROW(write_trace(path, {{"__metadata__", {DType::F32, {1}, data}}}, nullptr), Error);
+  EXPECT_EQ(fs::file_size(path), before);
+  EXPECT_NO_THROW(Trace::open(path));
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "temp file left behind";
+  }
+}
+
+TEST(TraceReadTest, ShardsFromADirectoryAndAnIndex) {
+  TempDir dir;
+  const float a[2] = {1, 2}, b[3] = {3, 4, 5};
+  fs::create_directories(dir.file("ckpt"));
+  write_trace(dir.file("ckpt/model-00001-of-00002.safetensors"),
+              {{"a", {DType::F32, {2}, reinterpret_cast<const std::byte*>(a)}}});
+  write_trace(dir.file("ckpt/model-00002-of-00002.safetensors"),
+              {{"b", {DType::F32, {3}, reinterpret_cast<const std::byte*>(b)}}});
+  std::ofstream(dir.file("ckpt/model.safetensors.index.json"))
+      << R"({"metadata": {"total_size": 20}, "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})";
+  for (const std::string& p : {dir.file("ckpt"), dir.file("ckpt/model.safetensors.index.json")}) {
+    const Trace t = Trace::open(p);
+    ASSERT_EQ(t.entries().size(), 2u) << p;
+    ASSERT_NE(t.find("b"), nullptr);
+    float v;
+    std::memcpy(&v, t.find("b")->view.data + 8, 4);
+    EXPECT_EQ(v, 5.0f);
+  }
+  // The same tensor in two shards is an error naming both.
+  write_trace(dir.file("ckpt/model-00003.safetensors"), {{"a", {DType::F32, {2}, reinterpret_cast<const std::byte*>(a)}}});
+  try {
+    Trace::open(dir.file("ckpt"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.problem().find("is also in"), std::string::npos) << e.what();
+  }
+}
+
+struct Malformed {
+  const char* what;
+  std::string image;
+  const char* message;
+};
+
+std::vector<Malformed> malformed_cases() {
+  const std::string f32x2 = R"("x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  const std::string eight(8, '\0');
+  std::string huge(8, '\0');
+  huge[3] = 0x10;  // 2^28 > 100,000,000
+  std::string past(8, '\0');
+  past[0] = 100;
+  return {
+      {"shorter than 8 bytes", std::string(5, '\0'), "too short for the 8-byte header length"},
+      {"length prefix over the cap", huge + "{}", "exceeds the 100000000-byte limit"},
+      {"length prefix beyond the file", past + "{}", "runs past the end of the file"},
+      {"not UTF-8", file_image("{\"\xff\":1}"), "not valid UTF-8"},
+      {"not JSON", file_image("{nope}"), "not valid JSON"},
+      {"JSON not an object", file_image("[1,2]"), "not a JSON object"},
+      {"NUL padding", file_image(std::string("{}") + '\0' + '\0'), "NUL byte"},
+      {"entry without dtype", file_image(R"({"x":{"shape":[1],"data_offsets":[0,4]}})", std::string(4, 'a')), "no \"dtype\""},
+      {"entry without shape", file_image(R"({"x":{"dtype":"F32","data_offsets":[0,4]}})", std::string(4, 'a')), "no \"shape\""},
+      {"entry without offsets", file_image(R"({"x":{"dtype":"F32","shape":[1]}})", std::string(4, 'a')), "no \"data_offsets\""},
+      {"entry not an object", file_image(R"({"x":3})"), "entry is not an object"},
+      {"unknown dtype", file_image(R"({"x":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", std::string(16, 'a')), "unknown dtype \"F128\""},
+      {"negative dim", file_image(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", std::string(4, 'a')), "shape must hold non-negative integers"},
+      {"non-integer dim", file_image(R"({"x":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", std::string(4, 'a')), "shape must hold non-negative integers"},
+      {"shape product overflow", file_image(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,0]}})"), "shape product overflows"},
+      {"byte size overflow", file_image(R"({"x":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})"), "byte size overflows"},
+      {"end before begin", file_image(R"({"x":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"y":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", std::string(8, 'a')), "end before they begin"},
+      {"offsets past the buffer", file_image("{" + f32x2 + "}", std::string(4, 'a')), "past the data section"},
+      {"overlap", file_image(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, 'a')), "(an overlap)"},
+      {"hole", file_image(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, 'a')), "(a hole)"},
+      {"byte size mismatch", file_image(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, 'a')), "needs 12 bytes but data_offsets span 8"},
+      {"packed type not filling bytes", file_image(R"({"x":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", std::string(2, 'a')), "do not fill whole bytes"},
+      {"trailing bytes", file_image("{" + f32x2 + "}", std::string(12, 'a')), "(trailing bytes)"},
+      {"duplicate tensor names", file_image("{" + f32x2 + "," + f32x2 + "}", std::string(8, 'a')), "appears twice"},
+      {"tensor named __metadata__ twice", file_image(R"({"__metadata__":{},"__metadata__":{}})"), "__metadata__ twice"},
+      {"__metadata__ with a non-string value", file_image(R"({"__metadata__":{"a":1}})"), "is not a string"},
+      {"__metadata__ not an object", file_image(R"({"__metadata__":[1]})"), "must be an object of strings"},
+      {"our metadata key holding invalid JSON", file_image(R"({"__metadata__":{"numalign":"{oops"}})"), "__metadata__[\"numalign\"] is not valid JSON"},
+      {"our metadata with a wrong type", file_image(R"({"__metadata__":{"numalign":"{\"seed\":\"x\"}"}})"), "seed must be an integer"},
+      {"name with a NUL byte", file_image("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}"), "name has a NUL byte"},
+      {"offsets not a pair", file_image(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", std::string(4, 'a')), "data_offsets must be [begin, end]"},
+  };
+}
+
+TEST(TraceReadTest, EveryMalformedKindGetsItsMessage) {
+  for (const auto& c : malformed_cases()) {
+    const auto bytes = bytes_of(c.image);
+    try {
+      Trace::parse(bytes, "bad.safetensors");
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.where(), "bad.safetensors") << c.what;
+      EXPECT_NE(e.problem().find(c.message), std::string::npos) << c.what << ": got " << e.what();
+    }
+  }
+}
+
+TEST(TraceReadTest, WhatTheReferenceAcceptsWeAccept) {
+  // The smallest valid file, whitespace around the JSON, zero-size dims, scalars,
+  // unknown entry fields and a null __metadata__.
+  for (const std::string& image :
+       {file_image("{}"), file_image("  {}  "),
+        file_image(R"({"__metadata__":null,"e":{"dtype":"F16","shape":[0,3],"data_offsets":[0,0],"extra":1},"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]}})",
+                   std::string(8, 'a'))}) {
+    const auto bytes = bytes_of(image);
+    EXPECT_NO_THROW(Trace::parse(bytes, "ok.safetensors")) << image.substr(8);
+  }
+  EXPECT_EQ(file_image("{}").size(), 10u);
+}
+
+TEST(TraceReadTest, PathProblemsNameThePath) {
+  TempDir dir;
+  try {
+    Trace::open(dir.file("missing.safetensors"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), dir.file("missing.safetensors"));
+    EXPECT_NE(e.problem().find("cannot open"), std::string::npos);
+  }
+  fs::create_directories(dir.file("empty_dir"));
+  EXPECT_THROW(Trace::open(dir.file("empty_dir")), Error);
+  std::ofstream(dir.file("zero.safetensors")).close();
+  try {
+    Trace::open(dir.file("zero.safetensors"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.problem().find("0 bytes"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace numalign
