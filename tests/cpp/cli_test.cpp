@@ -1,0 +1,175 @@
+// cli_test.cpp: the numalign executable end to end on the example traces: exit codes, the
+// JSON report's fields, failures first, missing tensors, bad files and bad arguments.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "numalign/trace.hpp"
+
+namespace numalign {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun cli(const std::string& args) {
+  const std::string cmd = std::string(NUMALIGN_CLI) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string pattern = (fs::temp_directory_path() / "numalign_cli_XXXXXX").string();
+    dir_ = ::mkdtemp(pattern.data());
+    const std::string cmd = std::string(NUMALIGN_EXAMPLES) + " " + dir_.string() + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string mm(const std::string& name) { return (dir_ / "matmul" / (name + ".safetensors")).string(); }
+  static std::string ar(const std::string& name) { return (dir_ / "allreduce" / (name + ".safetensors")).string(); }
+  static inline fs::path dir_;
+};
+
+TEST_F(CliTest, AlignedRunExitsZero) {
+  const CliRun r = cli("judge " + mm("reordered") + " " + mm("ref") + " " + mm("truth"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("ALIGNED: 2 of 2 tensors pass"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, JsonReportHasEveryFieldAndFailuresFirst) {
+  const CliRun r = cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") +
+                    " --rule 'bf16.*=rmse' --format json");
+  EXPECT_EQ(r.code, 1) << r.out;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_FALSE(parser.parse(simdjson::padded_string(r.out)).get(doc)) << r.out;
+  EXPECT_EQ(bool(doc["aligned"]), false);
+  EXPECT_EQ(uint64_t(doc["summary"]["tensors"]), 2u);
+  EXPECT_EQ(uint64_t(doc["summary"]["failed"]), 2u);
+  EXPECT_EQ(std::string_view(doc["summary"]["worst"]), "fp32.out");
+  simdjson::dom::array tensors = doc["tensors"];
+  ASSERT_EQ(tensors.size(), 2u);
+  // Worst first: fp32's ratio (> 1e5) over bf16's (~50).
+  EXPECT_EQ(std::string_view(tensors.at(0)["name"]), "fp32.out");
+  EXPECT_GT(double(tensors.at(0)["ratio"]), double(tensors.at(1)["ratio"]));
+  for (const char* field : {"name", "verdict", "rule", "reason", "dtype", "shape", "numel", "ratio", "limit",
+                            "error", "baseline", "max_abs", "max_abs_index", "rel_l2", "cosine", "bias",
+                            "max_ulp", "frac_diff", "ulp_hist", "nonfinite"}) {
+    EXPECT_FALSE(tensors.at(0)[field].error()) << field;
+  }
+  EXPECT_EQ(std::string_view(tensors.at(0)["verdict"]), "fail");
+  EXPECT_EQ(simdjson::dom::array(tensors.at(0)["max_abs_index"]).size(), 2u);
+}
+
+TEST_F(CliTest, MissingTensorFailsByName) {
+  const Trace full = Trace::open(mm("reordered"));
+  const std::string partial = (dir_ / "partial.safetensors").string();
+  write_trace(partial, {{"bf16.out", full.find("bf16.out")->view}});
+  const CliRun r = cli("judge " + partial + " " + mm("ref") + " " + mm("truth"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("missing from test"), std::string::npos) << r.out;
+  const std::size_t fail_at = r.out.find("FAIL"), pass_at = r.out.find("PASS");
+  ASSERT_NE(fail_at, std::string::npos);
+  EXPECT_LT(fail_at, pass_at) << "failures come before passes";
+}
+
+TEST_F(CliTest, ExtraTensorsInTestAreAWarning) {
+  const Trace full = Trace::open(mm("ref"));
+  const std::string partial = (dir_ / "ref_bf16_only.safetensors").string();
+  write_trace(partial, {{"bf16.out", full.find("bf16.out")->view}});
+  const CliRun r = cli("judge " + mm("reordered") + " " + partial + " " + mm("truth") + " --format json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 tensor(s) only in test, not judged: fp32.out"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, BadFilesExitTwoWithTheFileNamed) {
+  const std::string bad = (dir_ / "bad.safetensors").string();
+  std::ofstream(bad) << "nope";
+  const CliRun r = cli("judge " + bad + " " + mm("ref") + " " + mm("truth"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("numalign: error: " + bad + ": file is 4 bytes"), std::string::npos) << r.out;
+  const CliRun missing = cli("inspect " + (dir_ / "nowhere.safetensors").string());
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.out.find("cannot open"), std::string::npos) << missing.out;
+}
+
+TEST_F(CliTest, BadArgumentsExitTwo) {
+  EXPECT_EQ(cli("judge " + mm("ref")).code, 2);
+  EXPECT_EQ(cli("judge " + mm("ref") + " " + mm("ref") + " --rule ulp:x").code, 2);
+  EXPECT_EQ(cli("frobnicate").code, 2);
+  const CliRun loose = cli("judge " + ar("fused") + " " + ar("unfused") + " --rule 'out.*=ulp:8'");
+  EXPECT_EQ(loose.code, 2);
+  EXPECT_NE(loose.out.find("has no reason"), std::string::npos) << loose.out;
+}
+
+TEST_F(CliTest, PolicyReasonsArePrinted) {
+  const std::string policy = (dir_ / "policy.json").string();
+  std::ofstream(policy) << R"({"overrides": [{"match": "out.*", "rule": "ulp:20000",
+    "reason": "fused kernel rounds once; cancellation makes ULPs of the tiny output huge"}]})";
+  const CliRun r = cli("judge " + ar("fused") + " " + ar("unfused") + " --policy " + policy);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("override reason: fused kernel rounds once"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, TruthIsRequiredByRmseOnly) {
+  const CliRun no_truth = cli("judge " + ar("fused") + " " + ar("unfused"));
+  EXPECT_EQ(no_truth.code, 2) << no_truth.out;
+  EXPECT_NE(no_truth.out.find("needs a float64 truth"), std::string::npos);
+  const CliRun cmp = cli("compare " + ar("fused") + " " + ar("unfused") + " --rule abs:0.13");
+  EXPECT_EQ(cmp.code, 1) << cmp.out;
+  const CliRun self = cli("compare " + ar("fused") + " " + ar("fused"));
+  EXPECT_EQ(self.code, 0) << self.out;
+  EXPECT_NE(self.out.find("bit-identical"), std::string::npos) << self.out;
+}
+
+TEST_F(CliTest, OutputFileJunitAndInspect) {
+  const std::string out = (dir_ / "report.xml").string();
+  const CliRun r = cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") + " --format junit -o " + out);
+  EXPECT_EQ(r.code, 1);
+  std::ifstream in(out);
+  const std::string xml((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(xml.find("<testsuite name=\"numalign\" tests=\"2\" failures=\"2\" errors=\"0\">"), std::string::npos) << xml;
+  EXPECT_NE(r.out.find("NOT ALIGNED"), std::string::npos) << "a one-line outcome on stderr";
+  const CliRun ins = cli("inspect " + mm("truth"));
+  EXPECT_EQ(ins.code, 0);
+  EXPECT_NE(ins.out.find("bf16.out"), std::string::npos);
+  EXPECT_NE(ins.out.find("F64"), std::string::npos);
+  EXPECT_NE(ins.out.find("\"role\":\"truth\""), std::string::npos) << ins.out;
+}
+
+TEST_F(CliTest, HelpAndVersion) {
+  const CliRun help = cli("--help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("Examples:"), std::string::npos);
+  EXPECT_NE(help.out.find("Exit codes"), std::string::npos);
+  const CliRun version = cli("--version");
+  EXPECT_EQ(version.code, 0);
+  EXPECT_NE(version.out.find("numalign 0."), std::string::npos);
+}
+
+TEST_F(CliTest, InputFilesAreNeverModified) {
+  const auto before = fs::last_write_time(mm("ref"));
+  const auto size = fs::file_size(mm("ref"));
+  cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") + " -o " + (dir_ / "r.txt").string());
+  EXPECT_EQ(fs::last_write_time(mm("ref")), before);
+  EXPECT_EQ(fs::file_size(mm("ref")), size);
+}
+
+}  // namespace
+}  // namespace numalign
