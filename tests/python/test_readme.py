@@ -1,0 +1,41 @@
+"""test_readme.py: every `numalign` command in README.md runs, with the exit code it notes."""
+import re
+import shlex
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_commands():
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+    for block in blocks:
+        for line in block.splitlines():
+            if line.startswith("numalign "):
+                command, _, comment = line.partition("  #")
+                match = re.search(r"exit (\d)", comment)
+                yield shlex.split(command)[1:], int(match.group(1)) if match else 0
+
+
+def test_readme_has_commands():
+    assert len(list(readme_commands())) >= 8
+
+
+def test_every_readme_command_runs(cli, examples, monkeypatch):
+    monkeypatch.chdir(examples)
+    for args, code in readme_commands():
+        proc = cli(*args)
+        assert proc.returncode == code, (args, proc.stdout[-2000:], proc.stderr)
+        assert "error" not in proc.stderr.lower() or code == 2, proc.stderr
+
+
+def test_report_excerpt_matches_real_output(cli, examples, monkeypatch):
+    """The 'Reading a report' excerpt is real output: its lines (but the elided one) appear."""
+    monkeypatch.chdir(examples)
+    text = (ROOT / "README.md").read_text()
+    excerpt = re.search(r"### Reading a report\n\n```\n(.*?)```", text, flags=re.S).group(1)
+    proc = cli("judge", "matmul/dropped_column.safetensors", "matmul/ref.safetensors",
+               "matmul/truth.safetensors")
+    for line in excerpt.splitlines():
+        if line.strip() and line.strip() != "...":
+            assert line in proc.stdout.splitlines(), line
