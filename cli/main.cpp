@@ -1,7 +1,7 @@
 // main.cpp: the `numalign` command line (judge, compare, inspect, dump, pack) on the core.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -81,7 +81,8 @@ void apply_rules(const std::vector<std::string>& rules, JudgeOptions& o) {
       o.default_rule = parse_rule(r, "--rule");
     } else {
       if (eq == 0) fail("--rule", "'" + r + "': empty glob before '='");
-      o.overrides.push_back({r.substr(0, eq), parse_rule(r.substr(eq + 1), "--rule"), "", "--rule"});
+      o.overrides.push_back(
+          {r.substr(0, eq), parse_rule(r.substr(eq + 1), "--rule"), "", "--rule"});
     }
   }
 }
@@ -116,7 +117,8 @@ int inspect(const std::string& path) {
   std::printf("%s: %zu tensors, %s of data\n", path.c_str(), t.entries().size(),
               human_bytes(static_cast<double>(t.data_bytes())).c_str());
   for (const auto& [k, v] : t.raw_metadata()) {
-    std::printf("metadata %s = %s\n", k.c_str(), v.size() > 200 ? (v.substr(0, 200) + "...").c_str() : v.c_str());
+    std::printf("metadata %s = %s\n", k.c_str(),
+                v.size() > 200 ? (v.substr(0, 200) + "...").c_str() : v.c_str());
   }
   std::printf("%-40s %-12s %-18s %10s %12s %12s %12s %s\n", "tensor", "dtype", "shape", "size",
               "min", "max", "mean", "nonfinite");
@@ -140,7 +142,8 @@ int inspect(const std::string& path) {
       }
       char buf[96];
       if (finite) {
-        std::snprintf(buf, sizeof buf, "%12.5g %12.5g %12.5g %llu", lo, hi, sum / static_cast<double>(finite),
+        std::snprintf(buf, sizeof buf, "%12.5g %12.5g %12.5g %llu", lo, hi,
+                      sum / static_cast<double>(finite),
                       static_cast<unsigned long long>(nonfinite));
       } else {
         std::snprintf(buf, sizeof buf, "%12s %12s %12s %llu", "-", "-", "-",
@@ -160,14 +163,16 @@ int dump(const std::string& path, const std::string& tensor, std::uint64_t limit
   const TraceEntry* e = t.find(tensor);
   if (!e) fail(path, "no tensor named '" + tensor + "'");
   if (!is_judgeable(e->view.dtype)) {
-    fail(path, "tensor '" + tensor + "': dumping " + std::string(name(e->view.dtype)) + " is not supported");
+    fail(path, "tensor '" + tensor + "': dumping " + std::string(name(e->view.dtype)) +
+                   " is not supported");
   }
   const std::size_t es = element_size(e->view.dtype);
   const std::uint64_t n = std::min(e->view.numel(), limit);
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::byte* p = e->view.data + i * es;
     std::printf("%llu 0x%llx %.17g\n", static_cast<unsigned long long>(i),
-                static_cast<unsigned long long>(load_bits(e->view.dtype, p)), to_double(e->view.dtype, p));
+                static_cast<unsigned long long>(load_bits(e->view.dtype, p)),
+                to_double(e->view.dtype, p));
   }
   return kAligned;
 }
@@ -186,8 +191,9 @@ int pack(const std::string& in, const std::string& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"numalign: is an implementation numerically aligned with its reference?\n"
-               "The allowance is measured against a float64 truth, not hand-picked."};
+  CLI::App app{
+      "numalign: is an implementation numerically aligned with its reference?\n"
+      "The allowance is measured against a float64 truth, not hand-picked."};
   app.footer(kFooter);
   app.set_version_flag("--version", std::string("numalign ") + NUMALIGN_VERSION);
   app.require_subcommand(1);
@@ -221,18 +227,22 @@ int main(int argc, char** argv) {
   add_output_options(compare_cmd, common);
 
   std::string inspect_path;
-  auto* inspect_cmd = app.add_subcommand("inspect", "list tensors, dtypes, shapes, sizes, metadata, stats");
+  auto* inspect_cmd =
+      app.add_subcommand("inspect", "list tensors, dtypes, shapes, sizes, metadata, stats");
   inspect_cmd->add_option("file", inspect_path, "trace, shard directory or index.json")->required();
 
   std::string dump_path, dump_tensor;
   std::uint64_t dump_limit = 100;
-  auto* dump_cmd = app.add_subcommand("dump", "print elements of one tensor: index, bits, exact value");
+  auto* dump_cmd =
+      app.add_subcommand("dump", "print elements of one tensor: index, bits, exact value");
   dump_cmd->add_option("file", dump_path)->required();
   dump_cmd->add_option("tensor", dump_tensor)->required();
-  dump_cmd->add_option("-n,--limit", dump_limit, "at most this many elements")->capture_default_str();
+  dump_cmd->add_option("-n,--limit", dump_limit, "at most this many elements")
+      ->capture_default_str();
 
   std::string pack_in, pack_out;
-  auto* pack_cmd = app.add_subcommand("pack", "rewrite a trace (or shards) as one safetensors file");
+  auto* pack_cmd =
+      app.add_subcommand("pack", "rewrite a trace (or shards) as one safetensors file");
   pack_cmd->add_option("input", pack_in)->required();
   pack_cmd->add_option("-o,--output", pack_out, "output file")->required();
 

@@ -27,9 +27,9 @@ std::string fingerprint(const std::vector<double>& values) {
   return buf;
 }
 
-void save(const std::filesystem::path& file, const std::vector<std::pair<std::string, Buffer>>& tensors,
-          const std::string& role, const std::string& recipe,
-          const std::map<std::string, std::string>& fingerprints) {
+void save(const std::filesystem::path& file,
+          const std::vector<std::pair<std::string, Buffer>>& tensors, const std::string& role,
+          const std::string& recipe, const std::map<std::string, std::string>& fingerprints) {
   TraceMetadata meta;
   meta.role = role;
   meta.dtype_recipe = recipe;
@@ -60,16 +60,20 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(dir / "allreduce");
 
     const MatmulCase bf16(32, 128, 32, DType::BF16, 7), fp32(32, 128, 32, DType::F32, 11);
-    std::map<std::string, std::string> mm_inputs{{"bf16.a", fingerprint(bf16.a)}, {"bf16.b", fingerprint(bf16.b)},
-                                                 {"fp32.a", fingerprint(fp32.a)}, {"fp32.b", fingerprint(fp32.b)}};
+    std::map<std::string, std::string> mm_inputs{{"bf16.a", fingerprint(bf16.a)},
+                                                 {"bf16.b", fingerprint(bf16.b)},
+                                                 {"fp32.a", fingerprint(fp32.a)},
+                                                 {"fp32.b", fingerprint(fp32.b)}};
     auto mm = [&](MatmulVariant v) {
-      return std::vector<std::pair<std::string, Buffer>>{{"bf16.out", bf16.run(v)}, {"fp32.out", fp32.run(v)}};
+      return std::vector<std::pair<std::string, Buffer>>{{"bf16.out", bf16.run(v)},
+                                                         {"fp32.out", fp32.run(v)}};
     };
-    save(dir / "matmul" / "truth.safetensors", {{"bf16.out", bf16.truth()}, {"fp32.out", fp32.truth()}},
-         "truth", "fp64", mm_inputs);
-    save(dir / "matmul" / "ref.safetensors", mm(MatmulVariant::kReference), "ref", "fp32-accumulate", mm_inputs);
-    save(dir / "matmul" / "reordered.safetensors", mm(MatmulVariant::kReordered), "test", "fp32-accumulate",
-         mm_inputs);
+    save(dir / "matmul" / "truth.safetensors",
+         {{"bf16.out", bf16.truth()}, {"fp32.out", fp32.truth()}}, "truth", "fp64", mm_inputs);
+    save(dir / "matmul" / "ref.safetensors", mm(MatmulVariant::kReference), "ref",
+         "fp32-accumulate", mm_inputs);
+    save(dir / "matmul" / "reordered.safetensors", mm(MatmulVariant::kReordered), "test",
+         "fp32-accumulate", mm_inputs);
     save(dir / "matmul" / "dropped_column.safetensors", mm(MatmulVariant::kDropColumn), "test",
          "fp32-accumulate", mm_inputs);
 
@@ -85,15 +89,17 @@ int main(int argc, char** argv) {
       for (const auto& [name, c] : cases) out.emplace_back(name, make(c));
       return out;
     };
-    save(dir / "allreduce" / "truth.safetensors", ar([](const AllreduceCase& c) { return c.truth(); }), "truth",
-         "fp64", ar_inputs);
+    save(dir / "allreduce" / "truth.safetensors",
+         ar([](const AllreduceCase& c) { return c.truth(); }), "truth", "fp64", ar_inputs);
     save(dir / "allreduce" / "unfused.safetensors",
-         ar([](const AllreduceCase& c) { return c.run(AllreduceVariant::kUnfused); }), "ref", "bf16", ar_inputs);
+         ar([](const AllreduceCase& c) { return c.run(AllreduceVariant::kUnfused); }), "ref",
+         "bf16", ar_inputs);
     save(dir / "allreduce" / "fused.safetensors",
-         ar([](const AllreduceCase& c) { return c.run(AllreduceVariant::kFused); }), "test", "bf16", ar_inputs);
-    save(dir / "allreduce" / "truncating.safetensors",
-         ar([](const AllreduceCase& c) { return c.run(AllreduceVariant::kTruncating); }), "test", "bf16",
+         ar([](const AllreduceCase& c) { return c.run(AllreduceVariant::kFused); }), "test", "bf16",
          ar_inputs);
+    save(dir / "allreduce" / "truncating.safetensors",
+         ar([](const AllreduceCase& c) { return c.run(AllreduceVariant::kTruncating); }), "test",
+         "bf16", ar_inputs);
   } catch (const numalign::Error& e) {
     std::fprintf(stderr, "make_example_traces: error: %s\n", e.what());
     return 2;

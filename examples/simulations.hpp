@@ -73,7 +73,12 @@ struct MatmulCase {
   std::vector<double> a, b;
 
   MatmulCase(std::size_t m_, std::size_t k_, std::size_t n_, DType d, std::uint64_t seed)
-      : m(m_), k(k_), n(n_), dtype(d), a(normal_values(m_ * k_, seed)), b(normal_values(k_ * n_, seed + 1)) {
+      : m(m_),
+        k(k_),
+        n(n_),
+        dtype(d),
+        a(normal_values(m_ * k_, seed)),
+        b(normal_values(k_ * n_, seed + 1)) {
     for (auto& x : a) x = round_to(dtype, x);
     for (auto& x : b) x = round_to(dtype, x);
   }
@@ -151,9 +156,15 @@ struct AllreduceCase {
       for (const auto& p : partial) s += static_cast<float>(p[i]);
       const auto res = static_cast<float>(residual[i]);
       switch (variant) {
-        case AllreduceVariant::kUnfused: out[i] = round_bf16(round_bf16(s) + res); break;
-        case AllreduceVariant::kFused: out[i] = round_bf16(s + res); break;
-        case AllreduceVariant::kTruncating: out[i] = truncate_bf16(s + res); break;
+        case AllreduceVariant::kUnfused:
+          out[i] = round_bf16(round_bf16(s) + res);
+          break;
+        case AllreduceVariant::kFused:
+          out[i] = round_bf16(s + res);
+          break;
+        case AllreduceVariant::kTruncating:
+          out[i] = truncate_bf16(s + res);
+          break;
       }
     }
     return make_buffer(DType::BF16, {n}, out);

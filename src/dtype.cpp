@@ -10,17 +10,17 @@ namespace numalign {
 namespace {
 
 constexpr std::array<DTypeInfo, kDTypeCount> kInfo = {{
-    {"BOOL", 8, DTypeKind::kBool},           {"F4", 4, DTypeKind::kPacked},
-    {"F6_E2M3", 6, DTypeKind::kPacked},      {"F6_E3M2", 6, DTypeKind::kPacked},
-    {"U8", 8, DTypeKind::kUnsigned},         {"I8", 8, DTypeKind::kSigned},
-    {"F8_E5M2", 8, DTypeKind::kFloat},       {"F8_E4M3", 8, DTypeKind::kFloat},
-    {"F8_E8M0", 8, DTypeKind::kFloat},       {"F8_E4M3FNUZ", 8, DTypeKind::kFloat},
-    {"F8_E5M2FNUZ", 8, DTypeKind::kFloat},   {"I16", 16, DTypeKind::kSigned},
-    {"U16", 16, DTypeKind::kUnsigned},       {"F16", 16, DTypeKind::kFloat},
-    {"BF16", 16, DTypeKind::kFloat},         {"I32", 32, DTypeKind::kSigned},
-    {"U32", 32, DTypeKind::kUnsigned},       {"F32", 32, DTypeKind::kFloat},
-    {"C64", 64, DTypeKind::kComplex},        {"F64", 64, DTypeKind::kFloat},
-    {"I64", 64, DTypeKind::kSigned},         {"U64", 64, DTypeKind::kUnsigned},
+    {"BOOL", 8, DTypeKind::kBool},         {"F4", 4, DTypeKind::kPacked},
+    {"F6_E2M3", 6, DTypeKind::kPacked},    {"F6_E3M2", 6, DTypeKind::kPacked},
+    {"U8", 8, DTypeKind::kUnsigned},       {"I8", 8, DTypeKind::kSigned},
+    {"F8_E5M2", 8, DTypeKind::kFloat},     {"F8_E4M3", 8, DTypeKind::kFloat},
+    {"F8_E8M0", 8, DTypeKind::kFloat},     {"F8_E4M3FNUZ", 8, DTypeKind::kFloat},
+    {"F8_E5M2FNUZ", 8, DTypeKind::kFloat}, {"I16", 16, DTypeKind::kSigned},
+    {"U16", 16, DTypeKind::kUnsigned},     {"F16", 16, DTypeKind::kFloat},
+    {"BF16", 16, DTypeKind::kFloat},       {"I32", 32, DTypeKind::kSigned},
+    {"U32", 32, DTypeKind::kUnsigned},     {"F32", 32, DTypeKind::kFloat},
+    {"C64", 64, DTypeKind::kComplex},      {"F64", 64, DTypeKind::kFloat},
+    {"I64", 64, DTypeKind::kSigned},       {"U64", 64, DTypeKind::kUnsigned},
 }};
 
 // How a format spends its all-ones exponent and its negative zero.
@@ -41,16 +41,26 @@ struct Format {
 
 Format format_of(DType d) {
   switch (d) {
-    case DType::F16: return {5, 10, 15, Special::kIeee};
-    case DType::BF16: return {8, 7, 127, Special::kIeee};
-    case DType::F32: return {8, 23, 127, Special::kIeee};
-    case DType::F64: return {11, 52, 1023, Special::kIeee};
-    case DType::F8_E5M2: return {5, 2, 15, Special::kIeee};
-    case DType::F8_E4M3: return {4, 3, 7, Special::kFn};
-    case DType::F8_E4M3FNUZ: return {4, 3, 8, Special::kFnuz};
-    case DType::F8_E5M2FNUZ: return {5, 2, 16, Special::kFnuz};
-    case DType::F8_E8M0: return {8, 0, 127, Special::kE8M0};
-    default: return {0, 0, 0, Special::kIeee};
+    case DType::F16:
+      return {5, 10, 15, Special::kIeee};
+    case DType::BF16:
+      return {8, 7, 127, Special::kIeee};
+    case DType::F32:
+      return {8, 23, 127, Special::kIeee};
+    case DType::F64:
+      return {11, 52, 1023, Special::kIeee};
+    case DType::F8_E5M2:
+      return {5, 2, 15, Special::kIeee};
+    case DType::F8_E4M3:
+      return {4, 3, 7, Special::kFn};
+    case DType::F8_E4M3FNUZ:
+      return {4, 3, 8, Special::kFnuz};
+    case DType::F8_E5M2FNUZ:
+      return {5, 2, 16, Special::kFnuz};
+    case DType::F8_E8M0:
+      return {8, 0, 127, Special::kE8M0};
+    default:
+      return {0, 0, 0, Special::kIeee};
   }
 }
 
@@ -63,10 +73,14 @@ bool format_is_nan(const Format& f, std::uint64_t b) {
   const std::uint64_t exp = (b >> f.man_bits) & ((std::uint64_t{1} << f.exp_bits) - 1);
   const std::uint64_t exp_max = (std::uint64_t{1} << f.exp_bits) - 1;
   switch (f.special) {
-    case Special::kIeee: return exp == exp_max && man != 0;
-    case Special::kFn: return exp == exp_max && man == (std::uint64_t{1} << f.man_bits) - 1;
-    case Special::kFnuz: return b == sign_mask(f);
-    case Special::kE8M0: return b == 0xFF;
+    case Special::kIeee:
+      return exp == exp_max && man != 0;
+    case Special::kFn:
+      return exp == exp_max && man == (std::uint64_t{1} << f.man_bits) - 1;
+    case Special::kFnuz:
+      return b == sign_mask(f);
+    case Special::kE8M0:
+      return b == 0xFF;
   }
   return false;
 }
@@ -74,11 +88,14 @@ bool format_is_nan(const Format& f, std::uint64_t b) {
 std::uint64_t format_nan(const Format& f) {
   switch (f.special) {
     case Special::kIeee:  // quiet NaN: all-ones exponent, top mantissa bit
-      return ((std::uint64_t{1} << f.exp_bits) - 1) << f.man_bits |
-             std::uint64_t{1} << (f.man_bits - 1);
-    case Special::kFn: return (std::uint64_t{1} << (f.exp_bits + f.man_bits)) - 1;
-    case Special::kFnuz: return sign_mask(f);
-    case Special::kE8M0: return 0xFF;
+      return ((std::uint64_t{1} << f.exp_bits) - 1) << f.man_bits | std::uint64_t{1}
+                                                                        << (f.man_bits - 1);
+    case Special::kFn:
+      return (std::uint64_t{1} << (f.exp_bits + f.man_bits)) - 1;
+    case Special::kFnuz:
+      return sign_mask(f);
+    case Special::kE8M0:
+      return 0xFF;
   }
   return 0;
 }
@@ -90,9 +107,12 @@ std::uint64_t format_max_finite(const Format& f) {
     case Special::kIeee:
       return ((std::uint64_t{1} << f.exp_bits) - 2) << f.man_bits |
              ((std::uint64_t{1} << f.man_bits) - 1);
-    case Special::kFn: return all - 1;
-    case Special::kFnuz: return all;
-    case Special::kE8M0: return 0xFE;
+    case Special::kFn:
+      return all - 1;
+    case Special::kFnuz:
+      return all;
+    case Special::kE8M0:
+      return 0xFE;
   }
   return 0;
 }
@@ -216,14 +236,18 @@ std::int64_t ulp_ordinal(DType dtype, std::uint64_t b) {
 double to_double(DType dtype, const std::byte* p) {
   const std::uint64_t b = load_bits(dtype, p);
   switch (info(dtype).kind) {
-    case DTypeKind::kBool: return b != 0 ? 1.0 : 0.0;
-    case DTypeKind::kUnsigned: return static_cast<double>(b);
+    case DTypeKind::kBool:
+      return b != 0 ? 1.0 : 0.0;
+    case DTypeKind::kUnsigned:
+      return static_cast<double>(b);
     case DTypeKind::kSigned: {
       const int shift = 64 - bits(dtype);  // sign-extend
       return static_cast<double>(static_cast<std::int64_t>(b << shift) >> shift);
     }
-    case DTypeKind::kFloat: return float_from_bits(dtype, b);
-    default: return std::numeric_limits<double>::quiet_NaN();
+    case DTypeKind::kFloat:
+      return float_from_bits(dtype, b);
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
   }
 }
 
@@ -234,8 +258,8 @@ struct Tables {
   std::array<std::array<double, 256>, kDTypeCount> fp8{};
   std::array<float, 65536> fp16{};
   Tables() {
-    for (DType d : {DType::F8_E5M2, DType::F8_E4M3, DType::F8_E8M0, DType::F8_E4M3FNUZ,
-                    DType::F8_E5M2FNUZ}) {
+    for (DType d :
+         {DType::F8_E5M2, DType::F8_E4M3, DType::F8_E8M0, DType::F8_E4M3FNUZ, DType::F8_E5M2FNUZ}) {
       for (int b = 0; b < 256; ++b) {
         fp8[static_cast<int>(d)][b] = format_decode(format_of(d), static_cast<std::uint64_t>(b));
       }
@@ -279,16 +303,26 @@ void decode_block(DType dtype, const std::byte* src, std::size_t n, double* out)
     case DType::BOOL:
       for (std::size_t i = 0; i < n; ++i) out[i] = src[i] != std::byte{0} ? 1.0 : 0.0;
       return;
-    case DType::U8: return decode_as<std::uint8_t>(src, n, out);
-    case DType::I8: return decode_as<std::int8_t>(src, n, out);
-    case DType::U16: return decode_as<std::uint16_t>(src, n, out);
-    case DType::I16: return decode_as<std::int16_t>(src, n, out);
-    case DType::U32: return decode_as<std::uint32_t>(src, n, out);
-    case DType::I32: return decode_as<std::int32_t>(src, n, out);
-    case DType::U64: return decode_as<std::uint64_t>(src, n, out);
-    case DType::I64: return decode_as<std::int64_t>(src, n, out);
-    case DType::F32: return decode_as<float>(src, n, out);
-    case DType::F64: return decode_as<double>(src, n, out);
+    case DType::U8:
+      return decode_as<std::uint8_t>(src, n, out);
+    case DType::I8:
+      return decode_as<std::int8_t>(src, n, out);
+    case DType::U16:
+      return decode_as<std::uint16_t>(src, n, out);
+    case DType::I16:
+      return decode_as<std::int16_t>(src, n, out);
+    case DType::U32:
+      return decode_as<std::uint32_t>(src, n, out);
+    case DType::I32:
+      return decode_as<std::int32_t>(src, n, out);
+    case DType::U64:
+      return decode_as<std::uint64_t>(src, n, out);
+    case DType::I64:
+      return decode_as<std::int64_t>(src, n, out);
+    case DType::F32:
+      return decode_as<float>(src, n, out);
+    case DType::F64:
+      return decode_as<double>(src, n, out);
     case DType::BF16:
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t h;
@@ -323,13 +357,11 @@ void decode_block(DType dtype, const std::byte* src, std::size_t n, double* out)
   }
 }
 
-void ordinal_block(DType dtype, const std::byte* src, std::size_t n, std::int64_t* ord,
-                   bool* nan) {
+void ordinal_block(DType dtype, const std::byte* src, std::size_t n, std::int64_t* ord, bool* nan) {
   switch (dtype) {
     case DType::F64:
-      return ordinals_sign_magnitude<std::uint64_t>(src, n, std::uint64_t{1} << 63,
-                                                    0x7FF0000000000000ULL, 0xFFFFFFFFFFFFFULL,
-                                                    ord, nan);
+      return ordinals_sign_magnitude<std::uint64_t>(
+          src, n, std::uint64_t{1} << 63, 0x7FF0000000000000ULL, 0xFFFFFFFFFFFFFULL, ord, nan);
     case DType::F32:
       return ordinals_sign_magnitude<std::uint32_t>(src, n, 0x80000000u, 0x7F800000u, 0x7FFFFFu,
                                                     ord, nan);

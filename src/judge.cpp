@@ -49,8 +49,8 @@ bool precheck(const TensorTriple& t, const RuleChoice& choice, TensorResult& r) 
                                            ", ref " + format_shape(t.ref->shape));
     }
     if (!is_judgeable(t.truth->dtype)) {
-      return stop(VerdictKind::kError,
-                  "truth dtype " + std::string(name(t.truth->dtype)) + " cannot be read as numbers");
+      return stop(VerdictKind::kError, "truth dtype " + std::string(name(t.truth->dtype)) +
+                                           " cannot be read as numbers");
     }
   }
   (void)needs_truth;
@@ -106,8 +106,9 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
     all_identical = all_identical && m.bits_differ == 0;
     if (inputs[k].truth && inputs[k].truth->dtype != DType::F64 && !warned.count("truth")) {
       warned.insert("truth");
-      report.warnings.push_back("truth is not float64 (" + std::string(name(inputs[k].truth->dtype)) +
-                                " in " + r.name + "): the rmse rule cannot judge against it");
+      report.warnings.push_back("truth is not float64 (" +
+                                std::string(name(inputs[k].truth->dtype)) + " in " + r.name +
+                                "): the rmse rule cannot judge against it");
     }
   }
   if (all_identical && inputs.size() == tensors.size()) {
@@ -143,7 +144,8 @@ void metadata_warnings(const Trace& test, const Trace& ref, const Trace* truth, 
                                 (differ.size() > 5 ? ", ..." : "") + ")");
     }
   }
-  const std::pair<const char*, const Trace*> runs[] = {{"test", &test}, {"ref", &ref}, {"truth", truth}};
+  const std::pair<const char*, const Trace*> runs[] = {
+      {"test", &test}, {"ref", &ref}, {"truth", truth}};
   for (const auto& [role, trace] : runs) {
     if (!trace || !trace->metadata()) continue;
     for (const auto& [flag, on] : trace->metadata()->tf32) {
@@ -166,7 +168,8 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
              const std::vector<std::string>& only, const ProgressFn& progress) {
   auto selected = [&](const std::string& n) {
     if (only.empty()) return true;
-    return std::any_of(only.begin(), only.end(), [&](const std::string& g) { return glob_match(g, n); });
+    return std::any_of(only.begin(), only.end(),
+                       [&](const std::string& g) { return glob_match(g, n); });
   };
   // Judge in execution order when ref records one, else in file order.
   std::vector<std::string> names;
@@ -198,12 +201,14 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
     std::size_t missing = 0;
     for (const auto& t : triples) missing += t.truth == nullptr;
     if (missing) {
-      report.warnings.push_back(std::to_string(missing) + " tensor(s) of ref are missing from truth");
+      report.warnings.push_back(std::to_string(missing) +
+                                " tensor(s) of ref are missing from truth");
     }
   }
   if (!extra.empty()) {
-    report.warnings.push_back(std::to_string(extra.size()) + " tensor(s) only in test, not judged: " +
-                              extra.front() + (extra.size() > 1 ? ", ..." : ""));
+    report.warnings.push_back(std::to_string(extra.size()) +
+                              " tensor(s) only in test, not judged: " + extra.front() +
+                              (extra.size() > 1 ? ", ..." : ""));
   }
   if (only.size() && triples.empty()) {
     report.warnings.push_back("no tensor of ref matches --only");

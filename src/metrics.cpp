@@ -51,8 +51,8 @@ namespace {
 
 using detail::CompensatedSum;
 
-constexpr std::size_t kBlock = 256;          // elements decoded at a time (stack buffers)
-constexpr std::uint64_t kChunk = 1u << 20;   // elements per parallel task
+constexpr std::size_t kBlock = 256;         // elements decoded at a time (stack buffers)
+constexpr std::uint64_t kChunk = 1u << 20;  // elements per parallel task
 
 float round_float_to(DType d, float x) {
   if (d == DType::BF16) {  // round-to-nearest-even on the top 16 bits
@@ -71,8 +71,7 @@ float round_float_to(DType d, float x) {
 // torch.isclose(self, other, atol, rtol) for one element: |self - other| <= atol +
 // rtol * |other|, computed as ATen does it: in the tensors' dtype, the half types in float
 // and rounded after every operation. `same()` calls allclose(ref, test): other is the test.
-bool torch_isclose(DType d, double self, double other, double atol, double rtol,
-                   bool equal_nan) {
+bool torch_isclose(DType d, double self, double other, double atol, double rtol, bool equal_nan) {
   const double t = self, r = other;
   if (t == r) return true;
   if (std::isnan(t) || std::isnan(r)) return equal_nan && std::isnan(t) && std::isnan(r);
@@ -82,10 +81,11 @@ bool torch_isclose(DType d, double self, double other, double atol, double rtol,
   if (std::isfinite(exact_actual) && exact_actual <= 0.5 * exact_allowed) return true;
   if (exact_actual >= 2 * exact_allowed + 1e-300) return false;
   switch (d) {
-    case DType::F64: return std::isfinite(exact_actual) && exact_actual <= exact_allowed;
+    case DType::F64:
+      return std::isfinite(exact_actual) && exact_actual <= exact_allowed;
     case DType::F32: {
-      const float allowed = static_cast<float>(atol) + std::fabs(static_cast<float>(rtol) *
-                                                                 static_cast<float>(r));
+      const float allowed =
+          static_cast<float>(atol) + std::fabs(static_cast<float>(rtol) * static_cast<float>(r));
       const float actual = std::fabs(static_cast<float>(t) - static_cast<float>(r));
       return std::isfinite(actual) && actual <= allowed;
     }
@@ -290,9 +290,8 @@ Metrics finish(const MetricsInput& in, const Partial& p) {
   const double test_norm = std::sqrt(p.sq_test.value());
   m.rel_l2 = truth_norm > 0 ? err_norm / truth_norm
                             : (err_norm == 0 ? 0.0 : std::numeric_limits<double>::infinity());
-  m.cosine = (truth_norm > 0 && test_norm > 0)
-                 ? p.test_dot_truth.value() / truth_norm / test_norm
-                 : nan;
+  m.cosine =
+      (truth_norm > 0 && test_norm > 0) ? p.test_dot_truth.value() / truth_norm / test_norm : nan;
   m.mean_error = p.n ? p.err_sum.value() / n : nan;
   m.eb_test = balance(p.test_over, p.test_under, p.test_differs);
   m.eb_ref = balance(p.ref_over, p.ref_under, p.ref_differs);
@@ -330,8 +329,9 @@ std::vector<Metrics> compute_metrics(std::span<const MetricsInput> inputs,
         const Task& task = tasks[i];
         partials[i] = accumulate(inputs[task.tensor], options, task.begin, task.end);
         const MetricsInput& in = inputs[task.tensor];
-        const double per_element = 2.0 * static_cast<double>(element_size(in.test->dtype)) +
-                                   (in.truth ? static_cast<double>(element_size(in.truth->dtype)) : 0);
+        const double per_element =
+            2.0 * static_cast<double>(element_size(in.test->dtype)) +
+            (in.truth ? static_cast<double>(element_size(in.truth->dtype)) : 0);
         double expected = done_bytes.load();
         const double add = per_element * static_cast<double>(task.end - task.begin);
         while (!done_bytes.compare_exchange_weak(expected, expected + add)) {

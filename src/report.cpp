@@ -40,15 +40,19 @@ const TensorResult* Report::worst() const {
 }
 
 void Report::sort() {
-  auto rank = [](VerdictKind k) { return k == VerdictKind::kError ? 0 : k == VerdictKind::kFail ? 1 : 2; };
-  std::stable_sort(tensors.begin(), tensors.end(), [&](const TensorResult& a, const TensorResult& b) {
-    if (rank(a.verdict) != rank(b.verdict)) return rank(a.verdict) < rank(b.verdict);
-    if (a.verdict == VerdictKind::kFail) {
-      const double sa = severity(a), sb = severity(b);
-      if (sa != sb) return sa > sb;
-    }
-    return a.order < b.order;
-  });
+  auto rank = [](VerdictKind k) {
+    return k == VerdictKind::kError ? 0 : k == VerdictKind::kFail ? 1 : 2;
+  };
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [&](const TensorResult& a, const TensorResult& b) {
+                     if (rank(a.verdict) != rank(b.verdict))
+                       return rank(a.verdict) < rank(b.verdict);
+                     if (a.verdict == VerdictKind::kFail) {
+                       const double sa = severity(a), sb = severity(b);
+                       if (sa != sb) return sa > sb;
+                     }
+                     return a.order < b.order;
+                   });
 }
 
 namespace {
@@ -94,7 +98,8 @@ std::string summary_line(const Report& r) {
   if (e) s += ", " + std::to_string(e) + " could not be judged";
   if (const TensorResult* w = r.worst()) {
     s += "; worst: " + printable(w->name);
-    if (w->ratio && w->limit) s += " (ratio " + format_number(*w->ratio) + ", limit " + format_number(*w->limit) + ")";
+    if (w->ratio && w->limit)
+      s += " (ratio " + format_number(*w->ratio) + ", limit " + format_number(*w->limit) + ")";
   }
   return s;
 }
@@ -122,7 +127,9 @@ std::string render_text(const Report& report, bool verbose) {
     for (auto& c : word) c = static_cast<char>(std::toupper(c));
     std::string max_ulp = "-", diff = "-";
     if (r.metrics) {
-      if (r.metrics->floating) max_ulp = r.metrics->ulp.any_inf ? "inf" : format_number(static_cast<double>(r.metrics->ulp.max));
+      if (r.metrics->floating)
+        max_ulp =
+            r.metrics->ulp.any_inf ? "inf" : format_number(static_cast<double>(r.metrics->ulp.max));
       if (r.metrics->numel) {
         diff = format_number(100.0 * static_cast<double>(r.metrics->values_differ) /
                              static_cast<double>(r.metrics->numel));
@@ -135,16 +142,18 @@ std::string render_text(const Report& report, bool verbose) {
       out += "         " + printable(r.reason) + "\n";
       if (r.metrics && r.metrics->has_truth && r.verdict != VerdictKind::kPass) {
         const Metrics& m = *r.metrics;
-        out += "         error " + format_number(m.error) + ", baseline " + format_number(m.baseline) +
-               ", max |test-truth| " + format_number(m.max_abs_truth) + " at " +
-               format_index(r.shape, m.max_abs_truth_index) + ", error balance " +
+        out += "         error " + format_number(m.error) + ", baseline " +
+               format_number(m.baseline) + ", max |test-truth| " + format_number(m.max_abs_truth) +
+               " at " + format_index(r.shape, m.max_abs_truth_index) + ", error balance " +
                format_number(m.eb_test) + " (ref " + format_number(m.eb_ref) + ")\n";
       }
     }
-    if (!r.override_reason.empty()) out += "         override reason: " + printable(r.override_reason) + "\n";
+    if (!r.override_reason.empty())
+      out += "         override reason: " + printable(r.override_reason) + "\n";
   }
   if (passes_hidden) {
-    out += "         ... " + std::to_string(passes_hidden) + " more passing tensors (--verbose lists all)\n";
+    out += "         ... " + std::to_string(passes_hidden) +
+           " more passing tensors (--verbose lists all)\n";
   }
   if (!report.warnings.empty()) {
     out += "\nwarnings:\n";
@@ -176,8 +185,10 @@ void write_index(detail::JsonWriter& w, const Shape& shape, std::uint64_t flat) 
 
 void write_optional(detail::JsonWriter& w, const char* key, const std::optional<double>& v) {
   w.key(key);
-  if (v) w.number(*v);
-  else w.null();
+  if (v)
+    w.number(*v);
+  else
+    w.null();
 }
 
 void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
@@ -187,18 +198,24 @@ void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
   w.key("rule").string(r.rule);
   w.key("reason").string(r.reason);
   w.key("override_reason");
-  if (r.override_reason.empty()) w.null();
-  else w.string(r.override_reason);
+  if (r.override_reason.empty())
+    w.null();
+  else
+    w.string(r.override_reason);
   w.key("dtype");
-  if (r.dtype) w.string(name(*r.dtype));
-  else w.null();
+  if (r.dtype)
+    w.string(name(*r.dtype));
+  else
+    w.null();
   w.key("shape").begin_array();
   for (auto d : r.shape) w.integer(d);
   w.end_array();
   const Metrics* m = r.metrics ? &*r.metrics : nullptr;
   w.key("numel");
-  if (m) w.integer(m->numel);
-  else w.null();
+  if (m)
+    w.integer(m->numel);
+  else
+    w.null();
   write_optional(w, "ratio", r.ratio);
   write_optional(w, "limit", r.limit);
   const bool truth = m && m->has_truth;
@@ -206,12 +223,16 @@ void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
   write_optional(w, "baseline", truth ? std::optional(m->baseline) : std::nullopt);
   write_optional(w, "max_abs", truth ? std::optional(m->max_abs_truth) : std::nullopt);
   w.key("max_abs_index");
-  if (truth) write_index(w, r.shape, m->max_abs_truth_index);
-  else w.null();
+  if (truth)
+    write_index(w, r.shape, m->max_abs_truth_index);
+  else
+    w.null();
   write_optional(w, "max_abs_ref", m ? std::optional(m->max_abs_ref) : std::nullopt);
   w.key("max_abs_ref_index");
-  if (m) write_index(w, r.shape, m->max_abs_ref_index);
-  else w.null();
+  if (m)
+    write_index(w, r.shape, m->max_abs_ref_index);
+  else
+    w.null();
   write_optional(w, "rel_l2", truth ? std::optional(m->rel_l2) : std::nullopt);
   write_optional(w, "cosine", truth ? std::optional(m->cosine) : std::nullopt);
   w.key("bias");
@@ -227,11 +248,15 @@ void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
   }
   const bool ulp = m && m->floating;
   w.key("max_ulp");
-  if (ulp && !m->ulp.any_inf) w.integer(m->ulp.max);
-  else w.null();
+  if (ulp && !m->ulp.any_inf)
+    w.integer(m->ulp.max);
+  else
+    w.null();
   w.key("max_ulp_index");
-  if (ulp && !m->ulp.any_inf) write_index(w, r.shape, m->ulp.max_index);
-  else w.null();
+  if (ulp && !m->ulp.any_inf)
+    write_index(w, r.shape, m->ulp.max_index);
+  else
+    w.null();
   write_optional(w, "frac_diff",
                  m && m->numel ? std::optional(static_cast<double>(m->values_differ) /
                                                static_cast<double>(m->numel))
@@ -283,11 +308,15 @@ std::string render_json(const Report& report) {
     }
   }
   w.key("max_ratio");
-  if (max_ratio_of) w.number(max_ratio);
-  else w.null();
+  if (max_ratio_of)
+    w.number(max_ratio);
+  else
+    w.null();
   w.key("worst");
-  if (worst) w.string(worst->name);
-  else w.null();
+  if (worst)
+    w.string(worst->name);
+  else
+    w.null();
   w.key("settings").string(report.settings);
   w.end_object();
   w.key("warnings").begin_array();
@@ -308,11 +337,21 @@ std::string xml_escape(const std::string& s) {
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         if (u < 0x20 && c != '\t' && c != '\n' && c != '\r') {
           char buf[8];
@@ -331,8 +370,9 @@ std::string xml_escape(const std::string& s) {
 std::string render_junit(const Report& report) {
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   const std::size_t f = report.count(VerdictKind::kFail), e = report.count(VerdictKind::kError);
-  out += "<testsuites><testsuite name=\"numalign\" tests=\"" + std::to_string(report.tensors.size()) +
-         "\" failures=\"" + std::to_string(f) + "\" errors=\"" + std::to_string(e) + "\">\n";
+  out += "<testsuites><testsuite name=\"numalign\" tests=\"" +
+         std::to_string(report.tensors.size()) + "\" failures=\"" + std::to_string(f) +
+         "\" errors=\"" + std::to_string(e) + "\">\n";
   if (!report.warnings.empty()) {
     out += "<system-out>";
     for (const auto& w : report.warnings) out += xml_escape("warning: " + w) + "\n";
@@ -341,9 +381,10 @@ std::string render_junit(const Report& report) {
   for (const auto& r : report.tensors) {
     out += "<testcase classname=\"numalign." + xml_escape(r.rule) + "\" name=\"" +
            xml_escape(r.name) + "\">";
-    const std::string detail = r.reason + (r.ratio && r.limit ? " (ratio " + format_number(*r.ratio) +
-                                                                    ", limit " + format_number(*r.limit) + ")"
-                                                              : std::string());
+    const std::string detail =
+        r.reason + (r.ratio && r.limit ? " (ratio " + format_number(*r.ratio) + ", limit " +
+                                             format_number(*r.limit) + ")"
+                                       : std::string());
     if (r.verdict == VerdictKind::kFail) {
       out += "<failure message=\"" + xml_escape(detail) + "\"/>";
     } else if (r.verdict == VerdictKind::kError) {

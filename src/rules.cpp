@@ -15,10 +15,14 @@ namespace numalign {
 
 std::string Rule::spec() const {
   switch (kind) {
-    case RuleKind::kRmse: return param > 0 ? "rmse:" + detail::format_number(param) : "rmse";
-    case RuleKind::kUlp: return "ulp:" + detail::format_number(param);
-    case RuleKind::kExact: return "exact";
-    case RuleKind::kAbs: return "abs:" + detail::format_number(param);
+    case RuleKind::kRmse:
+      return param > 0 ? "rmse:" + detail::format_number(param) : "rmse";
+    case RuleKind::kUlp:
+      return "ulp:" + detail::format_number(param);
+    case RuleKind::kExact:
+      return "exact";
+    case RuleKind::kAbs:
+      return "abs:" + detail::format_number(param);
   }
   return "?";
 }
@@ -95,8 +99,7 @@ double rmse_multiplier(DType dtype, const Shape& shape, double tol, bool larger_
     m = 10.0;
   } else if (larger_for_small && numel <= 500) {
     m = 8.0;
-  } else if (numel < 1000 || (shape.size() == 4 && shape[2] == 1 && shape[3] == 1) ||
-             tol >= 2e-2) {
+  } else if (numel < 1000 || (shape.size() == 4 && shape[2] == 1 && shape[3] == 1) || tol >= 2e-2) {
     m = 3.0;
   }
   return m;
@@ -165,8 +168,7 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
                      : rmse_multiplier(test.dtype, test.shape, o.tol, o.larger_multiplier_for_small,
                                        o.force_max_multiplier);
   v.limit = multiplier;
-  if (m.has_truth) v.ratio = m.baseline > 0 ? m.error / m.baseline
-                                            : (m.error > 0 ? INFINITY : 0.0);
+  if (m.has_truth) v.ratio = m.baseline > 0 ? m.error / m.baseline : (m.error > 0 ? INFINITY : 0.0);
   if (m.has_truth && std::isnan(m.error) && m.numel > 0) v.ratio = NAN;
   if (m.not_close == 0) {
     v.reason = "allclose to ref at tol " + format_number(o.tol);
@@ -187,7 +189,8 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
     v.reason = "ref has NaN; test is allclose to truth at 4e-2 (same()'s NaN escape)";
     return v;
   }
-  if (std::isnan(m.baseline)) v.warnings.push_back("found NaN in reference: run it in higher precision");
+  if (std::isnan(m.baseline))
+    v.warnings.push_back("found NaN in reference: run it in higher precision");
   bool pass = m.error <= multiplier * m.baseline + o.tol / 10.0;
   if (!pass && o.equal_nan && std::isnan(m.error) && std::isnan(m.baseline)) pass = true;
   if (m.baseline == 0 && m.error >= 0) {
@@ -224,8 +227,7 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
       }
       const bool pass = *v.ratio <= rule.param;
       v.kind = pass ? VerdictKind::kPass : VerdictKind::kFail;
-      v.reason = (m.ulp.any_inf ? std::string("NaN against a number; ")
-                                : std::string()) +
+      v.reason = (m.ulp.any_inf ? std::string("NaN against a number; ") : std::string()) +
                  "max ULP " + format_number(*v.ratio) + (pass ? " <= " : " > ") +
                  format_number(rule.param);
       break;

@@ -26,7 +26,8 @@ class MappedFile {
  public:
   explicit MappedFile(const std::string& path) {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    if (::stat(path.c_str(), &st) != 0)
+      fail(path, std::string("cannot open: ") + std::strerror(errno));
     if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a safetensors file");
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
@@ -163,7 +164,8 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
     simdjson::dom::element dtype_el, shape_el, offsets_el;
     if (entry["dtype"].get(dtype_el)) fail(label, where + ": entry has no \"dtype\"");
     if (entry["shape"].get(shape_el)) fail(label, where + ": entry has no \"shape\"");
-    if (entry["data_offsets"].get(offsets_el)) fail(label, where + ": entry has no \"data_offsets\"");
+    if (entry["data_offsets"].get(offsets_el))
+      fail(label, where + ": entry has no \"data_offsets\"");
     std::string_view dtype_name;
     if (dtype_el.get(dtype_name)) fail(label, where + ": dtype is not a string");
     const auto dt = dtype_from_name(dtype_name);
@@ -263,7 +265,8 @@ std::vector<std::string> shards_of_index(const std::string& path) {
   const fs::path dir = fs::path(path).parent_path();
   for (auto f : map) {
     std::string_view shard;
-    if (f.value.get(shard)) fail(path, "weight_map value of " + json_quoted(f.key) + " is not a string");
+    if (f.value.get(shard))
+      fail(path, "weight_map value of " + json_quoted(f.key) + " is not a string");
     const std::string full = (dir / std::string(shard)).string();
     if (std::find(shards.begin(), shards.end(), full) == shards.end()) shards.push_back(full);
   }
@@ -372,16 +375,22 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
     std::map<std::string, std::string> out;
     simdjson::dom::object obj;
     if (e.get(obj)) fail(where, ctx + ": " + what + " must be an object");
-    for (auto f : obj) out[std::string(f.key)] = need_string(f.value, what + "." + std::string(f.key));
+    for (auto f : obj)
+      out[std::string(f.key)] = need_string(f.value, what + "." + std::string(f.key));
     return out;
   };
   for (auto f : root) {
     const std::string k(f.key);
-    if (k == "role") m.role = need_string(f.value, k);
-    else if (k == "dtype_recipe") m.dtype_recipe = need_string(f.value, k);
-    else if (k == "device") m.device = need_string(f.value, k);
-    else if (k == "versions") m.versions = string_map(f.value, k);
-    else if (k == "fingerprints") m.fingerprints = string_map(f.value, k);
+    if (k == "role")
+      m.role = need_string(f.value, k);
+    else if (k == "dtype_recipe")
+      m.dtype_recipe = need_string(f.value, k);
+    else if (k == "device")
+      m.device = need_string(f.value, k);
+    else if (k == "versions")
+      m.versions = string_map(f.value, k);
+    else if (k == "fingerprints")
+      m.fingerprints = string_map(f.value, k);
     else if (k == "seed") {
       std::int64_t s;
       if (f.value.get(s)) fail(where, ctx + ": seed must be an integer");
@@ -401,7 +410,8 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
     } else if (k == "tags") {
       simdjson::dom::object obj;
       if (f.value.get(obj)) fail(where, ctx + ": tags must be an object");
-      for (auto g : obj) m.tags[std::string(g.key)] = string_map(g.value, "tags." + std::string(g.key));
+      for (auto g : obj)
+        m.tags[std::string(g.key)] = string_map(g.value, "tags." + std::string(g.key));
     }
     // Unknown fields are tolerated: newer writers may add some.
   }
@@ -460,7 +470,8 @@ class TempFile {
     const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
     std::string pattern = (dir / ("." + p.filename().string() + ".tmp.XXXXXX")).string();
     fd_ = ::mkstemp(pattern.data());
-    if (fd_ < 0) fail(target, std::string("cannot create a temporary file: ") + std::strerror(errno));
+    if (fd_ < 0)
+      fail(target, std::string("cannot create a temporary file: ") + std::strerror(errno));
     tmp_ = pattern;
   }
   ~TempFile() {

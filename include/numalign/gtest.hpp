@@ -26,9 +26,12 @@ namespace gtest_detail {
 
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::F32;
-  else if constexpr (std::is_same_v<T, double>) return DType::F64;
-  else if constexpr (std::is_same_v<T, bfloat16_bits>) return DType::BF16;
+  if constexpr (std::is_same_v<T, float>)
+    return DType::F32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::F64;
+  else if constexpr (std::is_same_v<T, bfloat16_bits>)
+    return DType::BF16;
   else {
     static_assert(std::is_same_v<T, float16_bits>, "EXPECT_ALIGNED: unsupported element type");
     return DType::F16;
@@ -56,9 +59,9 @@ template <class A, class B, class C>
   const TensorView t = as_view(test), r = as_view(ref), u = as_view(truth);
   const Report report = judge_tensors({{test_expr, &t, &r, &u}}, JudgeOptions{});
   if (report.aligned()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << test_expr << " is not aligned with " << ref_expr
-                                       << " (truth " << truth_expr << ")\n"
-                                       << render_text(report);
+  return ::testing::AssertionFailure()
+         << test_expr << " is not aligned with " << ref_expr << " (truth " << truth_expr << ")\n"
+         << render_text(report);
 }
 
 }  // namespace gtest_detail

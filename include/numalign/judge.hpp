@@ -26,8 +26,7 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
 
 // Judges every tensor of ref (or those matching one of `only`, when given) against the
 // same-named tensors of test and truth, adding warnings the traces' metadata reveals.
-Report judge(const Trace& test, const Trace& ref, const Trace* truth,
-             const JudgeOptions& options, const std::vector<std::string>& only = {},
-             const ProgressFn& progress = {});
+Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
+             const std::vector<std::string>& only = {}, const ProgressFn& progress = {});
 
 }  // namespace numalign

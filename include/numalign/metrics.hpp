@@ -40,21 +40,21 @@ struct Metrics {
   double baseline = 0;  // RMSE(ref, truth)
   double max_abs_truth = 0;
   std::uint64_t max_abs_truth_index = 0;
-  double rel_l2 = 0;      // ||test - truth|| / ||truth||
-  double cosine = 0;      // cos(test, truth); NaN when a norm is 0
-  double mean_error = 0;  // mean(test - truth), the bias
-  double eb_test = 0;     // error balance of magnitudes, test vs truth
-  double eb_ref = 0;      // the same for ref
+  double rel_l2 = 0;                     // ||test - truth|| / ||truth||
+  double cosine = 0;                     // cos(test, truth); NaN when a norm is 0
+  double mean_error = 0;                 // mean(test - truth), the bias
+  double eb_test = 0;                    // error balance of magnitudes, test vs truth
+  double eb_ref = 0;                     // the same for ref
   std::uint64_t test_differs_truth = 0;  // #(test != truth)
   std::uint64_t ref_differs_truth = 0;
 
   // Test and ref.
   double max_abs_ref = 0;
   std::uint64_t max_abs_ref_index = 0;
-  std::uint64_t not_close = 0;     // elements outside allclose(ref, test, tol, tol, equal_nan)
-  std::uint64_t bits_differ = 0;   // elements whose bit patterns differ
-  std::uint64_t values_differ = 0; // elements whose ULP distance is not 0
-  UlpStats ulp;                    // floating types only
+  std::uint64_t not_close = 0;      // elements outside allclose(ref, test, tol, tol, equal_nan)
+  std::uint64_t bits_differ = 0;    // elements whose bit patterns differ
+  std::uint64_t values_differ = 0;  // elements whose ULP distance is not 0
+  UlpStats ulp;                     // floating types only
 
   NonFinite test_nonfinite, ref_nonfinite, truth_nonfinite;
 };

@@ -27,7 +27,7 @@ struct TensorResult {
 };
 
 struct Report {
-  std::string title;  // "test.safetensors vs ref.safetensors (truth: truth.safetensors)"
+  std::string title;     // "test.safetensors vs ref.safetensors (truth: truth.safetensors)"
   std::string settings;  // "rule rmse, tol 1e-04"
   std::vector<TensorResult> tensors;
   std::vector<std::string> warnings;

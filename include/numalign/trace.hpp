@@ -26,9 +26,9 @@ struct TraceMetadata {
   std::map<std::string, std::string> versions;
   std::map<std::string, bool> tf32;  // e.g. {"matmul": false, "cudnn": false}
   std::optional<std::int64_t> seed;
-  std::vector<std::string> order;  // execution order of the tensors
+  std::vector<std::string> order;                                  // execution order of the tensors
   std::map<std::string, std::map<std::string, std::string>> tags;  // name -> {module, kind}
-  std::map<std::string, std::string> fingerprints;                  // input -> hash
+  std::map<std::string, std::string> fingerprints;                 // input -> hash
 
   std::string to_json() const;
   // Throws Error(where, ...) on invalid JSON or fields of the wrong type.

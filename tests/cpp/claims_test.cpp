@@ -13,11 +13,12 @@ namespace {
 using examples::AllreduceCase;
 using examples::AllreduceVariant;
 using examples::Buffer;
+using examples::make_buffer;
 using examples::MatmulCase;
 using examples::MatmulVariant;
-using examples::make_buffer;
 
-TensorResult judge_one(const Buffer& test, const Buffer& ref, const Buffer* truth, const JudgeOptions& o = {}) {
+TensorResult judge_one(const Buffer& test, const Buffer& ref, const Buffer* truth,
+                       const JudgeOptions& o = {}) {
   const TensorView t = test.view(), r = ref.view();
   const TensorView u = truth ? truth->view() : TensorView{};
   const Report report = judge_tensors({{"out", &t, &r, truth ? &u : nullptr}}, o);
@@ -139,7 +140,8 @@ TEST(AllreduceClaimsTest, OnlyTheBiasCheckCatchesTruncation) {
     EXPECT_LT(plain.metrics->eb_test, -0.7);
     EXPECT_EQ(judge_one(truncating, ref, &truth, bias).verdict, VerdictKind::kFail);
     // A correctly rounding kernel passes the same check.
-    EXPECT_EQ(judge_one(c.run(AllreduceVariant::kFused), ref, &truth, bias).verdict, VerdictKind::kPass);
+    EXPECT_EQ(judge_one(c.run(AllreduceVariant::kFused), ref, &truth, bias).verdict,
+              VerdictKind::kPass);
   }
 }
 
@@ -153,7 +155,8 @@ TEST(GtestMacrosTest, AlignedSpansPassAndMisalignedOnesPrintTheReport) {
   std::memcpy(ref_f.data(), ref.bytes.data(), 4096);
   std::memcpy(bad_f.data(), bad.bytes.data(), 4096);
   std::memcpy(truth_d.data(), truth.bytes.data(), 8192);
-  const auto result = gtest_detail::assert_aligned("bad_f", "ref_f", "truth_d", bad_f, ref_f, truth_d);
+  const auto result =
+      gtest_detail::assert_aligned("bad_f", "ref_f", "truth_d", bad_f, ref_f, truth_d);
   EXPECT_FALSE(result);
   EXPECT_NE(std::string(result.message()).find("NOT ALIGNED"), std::string::npos);
   EXPECT_NE(std::string(result.message()).find("RMSE vs truth"), std::string::npos);

@@ -41,8 +41,12 @@ class CliTest : public ::testing::Test {
     ASSERT_EQ(std::system(cmd.c_str()), 0);
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
-  static std::string mm(const std::string& name) { return (dir_ / "matmul" / (name + ".safetensors")).string(); }
-  static std::string ar(const std::string& name) { return (dir_ / "allreduce" / (name + ".safetensors")).string(); }
+  static std::string mm(const std::string& name) {
+    return (dir_ / "matmul" / (name + ".safetensors")).string();
+  }
+  static std::string ar(const std::string& name) {
+    return (dir_ / "allreduce" / (name + ".safetensors")).string();
+  }
   static inline fs::path dir_;
 };
 
@@ -54,7 +58,7 @@ TEST_F(CliTest, AlignedRunExitsZero) {
 
 TEST_F(CliTest, JsonReportHasEveryFieldAndFailuresFirst) {
   const CliRun r = cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") +
-                    " --rule 'bf16.*=rmse' --format json");
+                       " --rule 'bf16.*=rmse' --format json");
   EXPECT_EQ(r.code, 1) << r.out;
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
@@ -68,9 +72,10 @@ TEST_F(CliTest, JsonReportHasEveryFieldAndFailuresFirst) {
   // Worst first: fp32's ratio (> 1e5) over bf16's (~50).
   EXPECT_EQ(std::string_view(tensors.at(0)["name"]), "fp32.out");
   EXPECT_GT(double(tensors.at(0)["ratio"]), double(tensors.at(1)["ratio"]));
-  for (const char* field : {"name", "verdict", "rule", "reason", "dtype", "shape", "numel", "ratio", "limit",
-                            "error", "baseline", "max_abs", "max_abs_index", "rel_l2", "cosine", "bias",
-                            "max_ulp", "frac_diff", "ulp_hist", "nonfinite"}) {
+  for (const char* field :
+       {"name",   "verdict", "rule",    "reason",    "dtype",    "shape",         "numel",
+        "ratio",  "limit",   "error",   "baseline",  "max_abs",  "max_abs_index", "rel_l2",
+        "cosine", "bias",    "max_ulp", "frac_diff", "ulp_hist", "nonfinite"}) {
     EXPECT_FALSE(tensors.at(0)[field].error()) << field;
   }
   EXPECT_EQ(std::string_view(tensors.at(0)["verdict"]), "fail");
@@ -93,9 +98,11 @@ TEST_F(CliTest, ExtraTensorsInTestAreAWarning) {
   const Trace full = Trace::open(mm("ref"));
   const std::string partial = (dir_ / "ref_bf16_only.safetensors").string();
   write_trace(partial, {{"bf16.out", full.find("bf16.out")->view}});
-  const CliRun r = cli("judge " + mm("reordered") + " " + partial + " " + mm("truth") + " --format json");
+  const CliRun r =
+      cli("judge " + mm("reordered") + " " + partial + " " + mm("truth") + " --format json");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("1 tensor(s) only in test, not judged: fp32.out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 tensor(s) only in test, not judged: fp32.out"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(CliTest, BadFilesExitTwoWithTheFileNamed) {
@@ -103,7 +110,8 @@ TEST_F(CliTest, BadFilesExitTwoWithTheFileNamed) {
   std::ofstream(bad) << "nope";
   const CliRun r = cli("judge " + bad + " " + mm("ref") + " " + mm("truth"));
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.out.find("numalign: error: " + bad + ": file is 4 bytes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("numalign: error: " + bad + ": file is 4 bytes"), std::string::npos)
+      << r.out;
   const CliRun missing = cli("inspect " + (dir_ / "nowhere.safetensors").string());
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.out.find("cannot open"), std::string::npos) << missing.out;
@@ -140,11 +148,14 @@ TEST_F(CliTest, TruthIsRequiredByRmseOnly) {
 
 TEST_F(CliTest, OutputFileJunitAndInspect) {
   const std::string out = (dir_ / "report.xml").string();
-  const CliRun r = cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") + " --format junit -o " + out);
+  const CliRun r = cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") +
+                       " --format junit -o " + out);
   EXPECT_EQ(r.code, 1);
   std::ifstream in(out);
   const std::string xml((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_NE(xml.find("<testsuite name=\"numalign\" tests=\"2\" failures=\"2\" errors=\"0\">"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<testsuite name=\"numalign\" tests=\"2\" failures=\"2\" errors=\"0\">"),
+            std::string::npos)
+      << xml;
   EXPECT_NE(r.out.find("NOT ALIGNED"), std::string::npos) << "a one-line outcome on stderr";
   const CliRun ins = cli("inspect " + mm("truth"));
   EXPECT_EQ(ins.code, 0);
@@ -166,7 +177,8 @@ TEST_F(CliTest, HelpAndVersion) {
 TEST_F(CliTest, InputFilesAreNeverModified) {
   const auto before = fs::last_write_time(mm("ref"));
   const auto size = fs::file_size(mm("ref"));
-  cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") + " -o " + (dir_ / "r.txt").string());
+  cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") + " -o " +
+      (dir_ / "r.txt").string());
   EXPECT_EQ(fs::last_write_time(mm("ref")), before);
   EXPECT_EQ(fs::file_size(mm("ref")), size);
 }

@@ -36,7 +36,8 @@ double spec_value(const Fp8Spec& s, unsigned b) {
   if (s.fnuz && b == 0x80) return NAN;
   if (!s.fnuz && !s.ieee && (b & 0x7F) == 0x7F) return NAN;
   if (s.ieee && e == (1u << s.exp_bits) - 1) return m ? NAN : (sign ? -INFINITY : INFINITY);
-  const double mag = e == 0 ? std::pow(2.0, 1 - s.bias) * frac : std::pow(2.0, static_cast<int>(e) - s.bias) * (1 + frac);
+  const double mag = e == 0 ? std::pow(2.0, 1 - s.bias) * frac
+                            : std::pow(2.0, static_cast<int>(e) - s.bias) * (1 + frac);
   return sign ? -mag : mag;
 }
 
@@ -53,7 +54,8 @@ TEST(DTypeTest, EveryFp8PatternMatchesTheSpecFormula) {
       const double got = to_double(s.dtype, &byte);
       double block;
       decode_block(s.dtype, &byte, 1, &block);
-      ASSERT_TRUE(same_double(got, expected)) << name(s.dtype) << " pattern " << b << ": " << got << " vs " << expected;
+      ASSERT_TRUE(same_double(got, expected))
+          << name(s.dtype) << " pattern " << b << ": " << got << " vs " << expected;
       ASSERT_TRUE(same_double(block, expected)) << name(s.dtype) << " block decode, pattern " << b;
       EXPECT_EQ(is_nan_bits(s.dtype, b), std::isnan(expected));
       if (std::isfinite(expected)) max_seen = std::max(max_seen, std::fabs(expected));
@@ -77,39 +79,41 @@ TEST(DTypeTest, EveryE8M0PatternIsAPowerOfTwo) {
   }
 }
 
-TEST(DTypeTest, EveryF16PatternMatchesTheCompilersHalf) {
+// Both decoders (the scalar one and the block one) give `expected(bits)` for all 65536 patterns.
+template <class Expected>
+void expect_every_16bit_pattern(DType dtype, Expected expected) {
   for (unsigned b = 0; b < 65536; ++b) {
     const auto bits16 = static_cast<std::uint16_t>(b);
-    _Float16 h;
-    std::memcpy(&h, &bits16, 2);
-    const double expected = static_cast<double>(h);
     std::byte raw[2];
     std::memcpy(raw, &bits16, 2);
     double block;
-    decode_block(DType::F16, raw, 1, &block);
-    ASSERT_TRUE(same_double(to_double(DType::F16, raw), expected)) << b;
-    ASSERT_TRUE(same_double(block, expected)) << b;
+    decode_block(dtype, raw, 1, &block);
+    const double want = expected(bits16);
+    ASSERT_TRUE(same_double(to_double(dtype, raw), want)) << name(dtype) << " " << b;
+    ASSERT_TRUE(same_double(block, want)) << name(dtype) << " block " << b;
   }
+}
+
+TEST(DTypeTest, EveryF16PatternMatchesTheCompilersHalf) {
+  expect_every_16bit_pattern(DType::F16, [](std::uint16_t bits16) {
+    _Float16 h;
+    std::memcpy(&h, &bits16, 2);
+    return static_cast<double>(h);
+  });
 }
 
 TEST(DTypeTest, EveryBf16PatternIsTheTopHalfOfAFloat) {
-  for (unsigned b = 0; b < 65536; ++b) {
-    const std::uint32_t word = b << 16;
+  expect_every_16bit_pattern(DType::BF16, [](std::uint16_t bits16) {
+    const std::uint32_t word = static_cast<std::uint32_t>(bits16) << 16;
     float f;
     std::memcpy(&f, &word, 4);
-    const auto bits16 = static_cast<std::uint16_t>(b);
-    std::byte raw[2];
-    std::memcpy(raw, &bits16, 2);
-    double block;
-    decode_block(DType::BF16, raw, 1, &block);
-    ASSERT_TRUE(same_double(to_double(DType::BF16, raw), f)) << b;
-    ASSERT_TRUE(same_double(block, f)) << b;
-  }
+    return static_cast<double>(f);
+  });
 }
 
 std::vector<DType> narrow_floats() {
-  return {DType::F16, DType::BF16, DType::F8_E4M3, DType::F8_E5M2, DType::F8_E4M3FNUZ,
-          DType::F8_E5M2FNUZ, DType::F8_E8M0};
+  return {DType::F16,         DType::BF16,        DType::F8_E4M3, DType::F8_E5M2,
+          DType::F8_E4M3FNUZ, DType::F8_E5M2FNUZ, DType::F8_E8M0};
 }
 
 TEST(DTypeTest, RoundingReproducesEveryPattern) {

@@ -41,7 +41,8 @@ TEST(MetricsTest, MatchesLongDoubleFormulas) {
   double max_abs = 0;
   std::uint64_t max_index = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const long double tv = to_double(DType::F32, t.data + 4 * i), rv = to_double(DType::F32, r.data + 4 * i),
+    const long double tv = to_double(DType::F32, t.data + 4 * i),
+                      rv = to_double(DType::F32, r.data + 4 * i),
                       uv = to_double(DType::F64, u.data + 8 * i);
     se_t += (tv - uv) * (tv - uv);
     se_r += (rv - uv) * (rv - uv);
@@ -54,7 +55,9 @@ TEST(MetricsTest, MatchesLongDoubleFormulas) {
       max_index = i;
     }
   }
-  const auto rel = [](double got, long double want) { return std::fabs(got - static_cast<double>(want)) / std::fabs(static_cast<double>(want)); };
+  const auto rel = [](double got, long double want) {
+    return std::fabs(got - static_cast<double>(want)) / std::fabs(static_cast<double>(want));
+  };
   EXPECT_LT(rel(m.error, std::sqrt(se_t / n)), 1e-13);
   EXPECT_LT(rel(m.baseline, std::sqrt(se_r / n)), 1e-13);
   EXPECT_LT(rel(m.rel_l2, std::sqrt(se_t) / std::sqrt(su)), 1e-13);
@@ -81,7 +84,8 @@ TEST(MetricsTest, SameResultOnOneAndTwoThreads) {
 
 TEST(MetricsTest, UlpStatisticsAndHistogram) {
   // bf16 values 1.0 + k ULP against 1.0: distances 0, 1, 2, 3, 5, 9, 100.
-  std::vector<std::uint16_t> ref(7, 0x3F80), test{0x3F80, 0x3F81, 0x3F82, 0x3F83, 0x3F85, 0x3F89, 0x3F80 + 100};
+  std::vector<std::uint16_t> ref(7, 0x3F80),
+      test{0x3F80, 0x3F81, 0x3F82, 0x3F83, 0x3F85, 0x3F89, 0x3F80 + 100};
   const TensorView t{DType::BF16, {7}, reinterpret_cast<const std::byte*>(test.data())};
   const TensorView r{DType::BF16, {7}, reinterpret_cast<const std::byte*>(ref.data())};
   const Metrics m = compute_metrics(t, r, nullptr);
@@ -132,7 +136,8 @@ TEST(MetricsTest, NanSemantics) {
 
 TEST(MetricsTest, InfinitiesAndErrorBalance) {
   const double inf = INFINITY;
-  const float test[4] = {1.5f, -2.5f, 0.5f, static_cast<float>(inf)}, ref[4] = {1.5f, -2.0f, 1.0f, static_cast<float>(inf)};
+  const float test[4] = {1.5f, -2.5f, 0.5f, static_cast<float>(inf)},
+              ref[4] = {1.5f, -2.0f, 1.0f, static_cast<float>(inf)};
   const double truth[4] = {1.0, -2.0, 1.0, inf};
   const TensorView t{DType::F32, {4}, reinterpret_cast<const std::byte*>(test)};
   const TensorView r{DType::F32, {4}, reinterpret_cast<const std::byte*>(ref)};

@@ -59,7 +59,8 @@ TEST(RmseRuleTest, PassInequalityAtItsBoundary) {
   EXPECT_EQ(v.kind, VerdictKind::kPass) << v.reason;
   EXPECT_DOUBLE_EQ(*v.ratio, edge / baseline);
   EXPECT_EQ(*v.limit, 2.0);
-  v = evaluate(rmse, test, test, &truth, rmse_metrics(std::nextafter(edge, 1.0), baseline, 4096), o);
+  v = evaluate(rmse, test, test, &truth, rmse_metrics(std::nextafter(edge, 1.0), baseline, 4096),
+               o);
   EXPECT_EQ(v.kind, VerdictKind::kFail);
   EXPECT_NE(v.reason.find("RMSE vs truth"), std::string::npos);
 }
@@ -76,10 +77,12 @@ TEST(RmseRuleTest, FastPathNeedsNoTruth) {
 
 TEST(RmseRuleTest, TruthMustBeFloat64) {
   const TensorView test{DType::BF16, {8}, nullptr}, truth{DType::F32, {8}, nullptr};
-  const auto v = evaluate({Rule{}, nullptr}, test, test, &truth, rmse_metrics(1, 1, 8), JudgeOptions{});
+  const auto v =
+      evaluate({Rule{}, nullptr}, test, test, &truth, rmse_metrics(1, 1, 8), JudgeOptions{});
   EXPECT_EQ(v.kind, VerdictKind::kError);
   EXPECT_NE(v.reason.find("not F64"), std::string::npos);
-  const auto none = evaluate({Rule{}, nullptr}, test, test, nullptr, rmse_metrics(1, 1, 8), JudgeOptions{});
+  const auto none =
+      evaluate({Rule{}, nullptr}, test, test, nullptr, rmse_metrics(1, 1, 8), JudgeOptions{});
   EXPECT_EQ(none.kind, VerdictKind::kError);
 }
 
@@ -100,7 +103,8 @@ TEST(RuleSpecTest, ParsesAndPrintsEveryKind) {
   EXPECT_EQ(parse_rule("exact").kind, RuleKind::kExact);
   EXPECT_EQ(parse_rule("abs:0.13").param, 0.13);
   EXPECT_EQ(parse_rule("abs:0.13").spec(), "abs:0.13");
-  for (const char* bad : {"", "rmse:", "rmse:0", "ulp", "ulp:1.5", "ulp:-1", "abs:x", "exact:1", "close"}) {
+  for (const char* bad :
+       {"", "rmse:", "rmse:0", "ulp", "ulp:1.5", "ulp:-1", "abs:x", "exact:1", "close"}) {
     EXPECT_THROW(parse_rule(bad), Error) << bad;
   }
   try {

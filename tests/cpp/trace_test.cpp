@@ -53,7 +53,8 @@ TEST(TraceWriteTest, HeaderMatchesTheReferenceSerializer) {
   EXPECT_EQ(header.size() % 8, 0u);
   // Empty with one metadata key, as in the reference's test_empty.
   const std::map<std::string, std::string> meta{{"framework", "pt"}};
-  EXPECT_EQ(serialize_header({}, &meta), std::string(R"({"__metadata__":{"framework":"pt"}})") + "     ");
+  EXPECT_EQ(serialize_header({}, &meta),
+            std::string(R"({"__metadata__":{"framework":"pt"}})") + "     ");
   EXPECT_EQ(serialize_header({}, nullptr), "{}      ");
 }
 
@@ -123,7 +124,8 @@ TEST(TraceWriteTest, FailedWriteLeavesThePreviousFileIntact) {
   EXPECT_EQ(fs::file_size(path), before);
   EXPECT_NO_THROW(Trace::open(path));
   for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
-    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "temp file left behind";
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+        << "temp file left behind";
   }
 }
 
@@ -146,7 +148,8 @@ TEST(TraceReadTest, ShardsFromADirectoryAndAnIndex) {
     EXPECT_EQ(v, 5.0f);
   }
   // The same tensor in two shards is an error naming both.
-  write_trace(dir.file("ckpt/model-00003.safetensors"), {{"a", {DType::F32, {2}, reinterpret_cast<const std::byte*>(a)}}});
+  write_trace(dir.file("ckpt/model-00003.safetensors"),
+              {{"a", {DType::F32, {2}, reinterpret_cast<const std::byte*>(a)}}});
   try {
     Trace::open(dir.file("ckpt"));
     FAIL();
@@ -176,30 +179,77 @@ std::vector<Malformed> malformed_cases() {
       {"not JSON", file_image("{nope}"), "not valid JSON"},
       {"JSON not an object", file_image("[1,2]"), "not a JSON object"},
       {"NUL padding", file_image(std::string("{}") + '\0' + '\0'), "NUL byte"},
-      {"entry without dtype", file_image(R"({"x":{"shape":[1],"data_offsets":[0,4]}})", std::string(4, 'a')), "no \"dtype\""},
-      {"entry without shape", file_image(R"({"x":{"dtype":"F32","data_offsets":[0,4]}})", std::string(4, 'a')), "no \"shape\""},
-      {"entry without offsets", file_image(R"({"x":{"dtype":"F32","shape":[1]}})", std::string(4, 'a')), "no \"data_offsets\""},
+      {"entry without dtype",
+       file_image(R"({"x":{"shape":[1],"data_offsets":[0,4]}})", std::string(4, 'a')),
+       "no \"dtype\""},
+      {"entry without shape",
+       file_image(R"({"x":{"dtype":"F32","data_offsets":[0,4]}})", std::string(4, 'a')),
+       "no \"shape\""},
+      {"entry without offsets",
+       file_image(R"({"x":{"dtype":"F32","shape":[1]}})", std::string(4, 'a')),
+       "no \"data_offsets\""},
       {"entry not an object", file_image(R"({"x":3})"), "entry is not an object"},
-      {"unknown dtype", file_image(R"({"x":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", std::string(16, 'a')), "unknown dtype \"F128\""},
-      {"negative dim", file_image(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", std::string(4, 'a')), "shape must hold non-negative integers"},
-      {"non-integer dim", file_image(R"({"x":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", std::string(4, 'a')), "shape must hold non-negative integers"},
-      {"shape product overflow", file_image(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,0]}})"), "shape product overflows"},
-      {"byte size overflow", file_image(R"({"x":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})"), "byte size overflows"},
-      {"end before begin", file_image(R"({"x":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"y":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", std::string(8, 'a')), "end before they begin"},
-      {"offsets past the buffer", file_image("{" + f32x2 + "}", std::string(4, 'a')), "past the data section"},
-      {"overlap", file_image(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, 'a')), "(an overlap)"},
-      {"hole", file_image(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, 'a')), "(a hole)"},
-      {"byte size mismatch", file_image(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, 'a')), "needs 12 bytes but data_offsets span 8"},
-      {"packed type not filling bytes", file_image(R"({"x":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", std::string(2, 'a')), "do not fill whole bytes"},
+      {"unknown dtype",
+       file_image(R"({"x":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})",
+                  std::string(16, 'a')),
+       "unknown dtype \"F128\""},
+      {"negative dim",
+       file_image(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+                  std::string(4, 'a')),
+       "shape must hold non-negative integers"},
+      {"non-integer dim",
+       file_image(R"({"x":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})",
+                  std::string(4, 'a')),
+       "shape must hold non-negative integers"},
+      {"shape product overflow",
+       file_image(
+           R"({"x":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,0]}})"),
+       "shape product overflows"},
+      {"byte size overflow",
+       file_image(R"({"x":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})"),
+       "byte size overflows"},
+      {"end before begin",
+       file_image(
+           R"({"x":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"y":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
+           std::string(8, 'a')),
+       "end before they begin"},
+      {"offsets past the buffer", file_image("{" + f32x2 + "}", std::string(4, 'a')),
+       "past the data section"},
+      {"overlap",
+       file_image(
+           R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           std::string(8, 'a')),
+       "(an overlap)"},
+      {"hole",
+       file_image(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, 'a')),
+       "(a hole)"},
+      {"byte size mismatch",
+       file_image(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, 'a')),
+       "needs 12 bytes but data_offsets span 8"},
+      {"packed type not filling bytes",
+       file_image(R"({"x":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", std::string(2, 'a')),
+       "do not fill whole bytes"},
       {"trailing bytes", file_image("{" + f32x2 + "}", std::string(12, 'a')), "(trailing bytes)"},
-      {"duplicate tensor names", file_image("{" + f32x2 + "," + f32x2 + "}", std::string(8, 'a')), "appears twice"},
-      {"tensor named __metadata__ twice", file_image(R"({"__metadata__":{},"__metadata__":{}})"), "__metadata__ twice"},
-      {"__metadata__ with a non-string value", file_image(R"({"__metadata__":{"a":1}})"), "is not a string"},
-      {"__metadata__ not an object", file_image(R"({"__metadata__":[1]})"), "must be an object of strings"},
-      {"our metadata key holding invalid JSON", file_image(R"({"__metadata__":{"numalign":"{oops"}})"), "__metadata__[\"numalign\"] is not valid JSON"},
-      {"our metadata with a wrong type", file_image(R"({"__metadata__":{"numalign":"{\"seed\":\"x\"}"}})"), "seed must be an integer"},
-      {"name with a NUL byte", file_image("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}"), "name has a NUL byte"},
-      {"offsets not a pair", file_image(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", std::string(4, 'a')), "data_offsets must be [begin, end]"},
+      {"duplicate tensor names", file_image("{" + f32x2 + "," + f32x2 + "}", std::string(8, 'a')),
+       "appears twice"},
+      {"tensor named __metadata__ twice", file_image(R"({"__metadata__":{},"__metadata__":{}})"),
+       "__metadata__ twice"},
+      {"__metadata__ with a non-string value", file_image(R"({"__metadata__":{"a":1}})"),
+       "is not a string"},
+      {"__metadata__ not an object", file_image(R"({"__metadata__":[1]})"),
+       "must be an object of strings"},
+      {"our metadata key holding invalid JSON",
+       file_image(R"({"__metadata__":{"numalign":"{oops"}})"),
+       "__metadata__[\"numalign\"] is not valid JSON"},
+      {"our metadata with a wrong type",
+       file_image(R"({"__metadata__":{"numalign":"{\"seed\":\"x\"}"}})"),
+       "seed must be an integer"},
+      {"name with a NUL byte",
+       file_image("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}"),
+       "name has a NUL byte"},
+      {"offsets not a pair",
+       file_image(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", std::string(4, 'a')),
+       "data_offsets must be [begin, end]"},
   };
 }
 
@@ -219,10 +269,12 @@ TEST(TraceReadTest, EveryMalformedKindGetsItsMessage) {
 TEST(TraceReadTest, WhatTheReferenceAcceptsWeAccept) {
   // The smallest valid file, whitespace around the JSON, zero-size dims, scalars,
   // unknown entry fields and a null __metadata__.
-  for (const std::string& image :
-       {file_image("{}"), file_image("  {}  "),
-        file_image(R"({"__metadata__":null,"e":{"dtype":"F16","shape":[0,3],"data_offsets":[0,0],"extra":1},"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]}})",
-                   std::string(8, 'a'))}) {
+  for (
+      const std::string& image :
+      {file_image("{}"), file_image("  {}  "),
+       file_image(
+           R"({"__metadata__":null,"e":{"dtype":"F16","shape":[0,3],"data_offsets":[0,0],"extra":1},"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]}})",
+           std::string(8, 'a'))}) {
     const auto bytes = bytes_of(image);
     EXPECT_NO_THROW(Trace::parse(bytes, "ok.safetensors")) << image.substr(8);
   }
