@@ -195,8 +195,8 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
     if (!ref.find(e.name) && selected(e.name)) extra.push_back(e.name);
   }
   Report report = judge_tensors(triples, options, progress);
-  report.title = test.path() + " vs " + ref.path() +
-                 (truth ? " (truth: " + truth->path() + ")" : std::string(" (no truth)"));
+  report.title = "test:  " + test.path() + "\nref:   " + ref.path() +
+                 "\ntruth: " + (truth ? truth->path() : std::string("(none)"));
   if (truth) {
     std::size_t missing = 0;
     for (const auto& t : triples) missing += t.truth == nullptr;

@@ -87,6 +87,19 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+// Appends `text` indented under a table row, wrapped at spaces to fit 100 columns.
+void append_detail(std::string& out, const std::string& text) {
+  constexpr std::size_t kIndent = 9, kWidth = 100 - kIndent;
+  std::size_t start = 0;
+  while (text.size() - start > kWidth) {
+    std::size_t cut = text.rfind(' ', start + kWidth);
+    if (cut == std::string::npos || cut <= start) cut = start + kWidth;  // one long word
+    out += std::string(kIndent, ' ') + text.substr(start, cut - start) + "\n";
+    start = cut < text.size() && text[cut] == ' ' ? cut + 1 : cut;
+  }
+  out += std::string(kIndent, ' ') + text.substr(start) + "\n";
+}
+
 std::string opt_number(const std::optional<double>& v) { return v ? format_number(*v) : "-"; }
 
 std::string summary_line(const Report& r) {
@@ -108,8 +121,14 @@ std::string summary_line(const Report& r) {
 
 std::string render_text(const Report& report, bool verbose) {
   std::string out;
-  if (!report.title.empty()) out += "numalign judge: " + printable(report.title) + "\n";
-  if (!report.settings.empty()) out += "settings: " + report.settings + "\n";
+  out += "numalign judge\n";
+  std::size_t start = 0;
+  while (start < report.title.size()) {  // one line per trace
+    const std::size_t end = std::min(report.title.find('\n', start), report.title.size());
+    out += "  " + printable(report.title.substr(start, end - start)) + "\n";
+    start = end + 1;
+  }
+  if (!report.settings.empty()) out += "  settings: " + report.settings + "\n";
   out += "\n";
   constexpr std::size_t kName = 38;
   out += "verdict  " + fit("tensor", kName) + " " + fit("rule", 9) + pad_left("ratio", 10) +
@@ -139,17 +158,18 @@ std::string render_text(const Report& report, bool verbose) {
            pad_left(opt_number(r.ratio), 10) + pad_left(opt_number(r.limit), 8) +
            pad_left(max_ulp, 9) + pad_left(diff, 8) + "\n";
     if (r.verdict != VerdictKind::kPass || verbose) {
-      out += "         " + printable(r.reason) + "\n";
+      append_detail(out, printable(r.reason));
       if (r.metrics && r.metrics->has_truth && r.verdict != VerdictKind::kPass) {
         const Metrics& m = *r.metrics;
-        out += "         error " + format_number(m.error) + ", baseline " +
-               format_number(m.baseline) + ", max |test-truth| " + format_number(m.max_abs_truth) +
-               " at " + format_index(r.shape, m.max_abs_truth_index) + ", error balance " +
-               format_number(m.eb_test) + " (ref " + format_number(m.eb_ref) + ")\n";
+        append_detail(out, "error " + format_number(m.error) + ", baseline " +
+                               format_number(m.baseline) + ", max |test-truth| " +
+                               format_number(m.max_abs_truth) + " at " +
+                               format_index(r.shape, m.max_abs_truth_index) + ", error balance " +
+                               format_number(m.eb_test) + " (ref " + format_number(m.eb_ref) + ")");
       }
     }
     if (!r.override_reason.empty())
-      out += "         override reason: " + printable(r.override_reason) + "\n";
+      append_detail(out, "override reason: " + printable(r.override_reason));
   }
   if (passes_hidden) {
     out += "         ... " + std::to_string(passes_hidden) +
