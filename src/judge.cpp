@@ -28,7 +28,6 @@ bool precheck(const TensorTriple& t, const RuleChoice& choice, TensorResult& r) 
     r.reason = std::move(why);
     return true;
   };
-  if (!t.ref) return stop(VerdictKind::kFail, "missing from ref");
   if (!t.test) return stop(VerdictKind::kFail, "missing from test");
   if (t.test->dtype != t.ref->dtype) {
     return stop(VerdictKind::kFail, "dtype mismatch: test " + std::string(name(t.test->dtype)) +
@@ -59,11 +58,34 @@ bool precheck(const TensorTriple& t, const RuleChoice& choice, TensorResult& r) 
 
 }  // namespace
 
+static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
+                          const ProgressFn& progress, Report report);
+
 Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                      const ProgressFn& progress) {
   check_override_reasons(options);
   Report report;
   report.settings = settings_of(options);
+  // Tensors only in test have nothing to be judged against: listed, not judged.
+  std::vector<TensorTriple> judged;
+  std::vector<std::string> extra;
+  for (const auto& t : tensors) {
+    if (!t.ref && t.test) {
+      extra.push_back(t.name);
+    } else {
+      judged.push_back(t);
+    }
+  }
+  if (!extra.empty()) {
+    report.warnings.push_back(std::to_string(extra.size()) +
+                              " tensor(s) only in test, not judged: " + extra.front() +
+                              (extra.size() > 1 ? ", ..." : ""));
+  }
+  return judge_pairs(judged, options, progress, std::move(report));
+}
+
+static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
+                          const ProgressFn& progress, Report report) {
   std::vector<TensorResult> results(tensors.size());
   std::vector<MetricsInput> inputs;
   std::vector<std::size_t> input_of;  // index into results for each input
@@ -190,25 +212,20 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
     const TraceEntry* u = truth ? truth->find(n) : nullptr;
     triples.push_back({n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr});
   }
-  std::vector<std::string> extra;
   for (const auto& e : test.entries()) {
-    if (!ref.find(e.name) && selected(e.name)) extra.push_back(e.name);
+    if (!ref.find(e.name) && selected(e.name))
+      triples.push_back({e.name, &e.view, nullptr, nullptr});
   }
   Report report = judge_tensors(triples, options, progress);
   report.title = "test:  " + test.path() + "\nref:   " + ref.path() +
                  "\ntruth: " + (truth ? truth->path() : std::string("(none)"));
   if (truth) {
     std::size_t missing = 0;
-    for (const auto& t : triples) missing += t.truth == nullptr;
+    for (const auto& t : triples) missing += t.ref && !t.truth;
     if (missing) {
       report.warnings.push_back(std::to_string(missing) +
                                 " tensor(s) of ref are missing from truth");
     }
-  }
-  if (!extra.empty()) {
-    report.warnings.push_back(std::to_string(extra.size()) +
-                              " tensor(s) only in test, not judged: " + extra.front() +
-                              (extra.size() > 1 ? ", ..." : ""));
   }
   if (only.size() && triples.empty()) {
     report.warnings.push_back("no tensor of ref matches --only");
