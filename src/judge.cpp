@@ -142,11 +142,8 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   return report;
 }
 
-namespace {
-
-void metadata_warnings(const Trace& test, const Trace& ref, const Trace* truth, Report& report) {
-  const auto& mt = test.metadata();
-  const auto& mr = ref.metadata();
+void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
+                           const TraceMetadata* mu, Report& report) {
   if (mt && mr) {
     if (!mt->dtype_recipe.empty() && !mr->dtype_recipe.empty() &&
         mt->dtype_recipe != mr->dtype_recipe) {
@@ -166,25 +163,22 @@ void metadata_warnings(const Trace& test, const Trace& ref, const Trace* truth, 
                                 (differ.size() > 5 ? ", ..." : "") + ")");
     }
   }
-  const std::pair<const char*, const Trace*> runs[] = {
-      {"test", &test}, {"ref", &ref}, {"truth", truth}};
-  for (const auto& [role, trace] : runs) {
-    if (!trace || !trace->metadata()) continue;
-    for (const auto& [flag, on] : trace->metadata()->tf32) {
+  const std::pair<const char*, const TraceMetadata*> runs[] = {
+      {"test", mt}, {"ref", mr}, {"truth", mu}};
+  for (const auto& [role, meta] : runs) {
+    if (!meta) continue;
+    for (const auto& [flag, on] : meta->tf32) {
       if (on) {
         report.warnings.push_back(std::string(role) + " ran with TF32 on (" + flag +
                                   "): float32 matmuls were computed at 10-bit precision");
       }
     }
   }
-  if (truth && truth->metadata() && mr && !mr->dtype_recipe.empty() &&
-      truth->metadata()->dtype_recipe == mr->dtype_recipe) {
+  if (mu && mr && !mr->dtype_recipe.empty() && mu->dtype_recipe == mr->dtype_recipe) {
     report.warnings.push_back("truth has the same precision recipe as ref ('" + mr->dtype_recipe +
                               "'): it is no higher-precision truth");
   }
 }
-
-}  // namespace
 
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
              const std::vector<std::string>& only, const ProgressFn& progress) {
@@ -230,7 +224,8 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
   if (only.size() && triples.empty()) {
     report.warnings.push_back("no tensor of ref matches --only");
   }
-  metadata_warnings(test, ref, truth, report);
+  auto meta = [](const Trace* t) { return t && t->metadata() ? &*t->metadata() : nullptr; };
+  add_metadata_warnings(meta(&test), meta(&ref), meta(truth), report);
   return report;
 }
 

@@ -24,6 +24,11 @@ using ProgressFn = std::function<void(double done_bytes, double total_bytes)>;
 Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                      const ProgressFn& progress = {});
 
+// Warnings that the runs' metadata reveals (DESIGN section 5): precision recipes that
+// differ, inputs that differ (fingerprints), TF32 on, a truth at ref's precision.
+void add_metadata_warnings(const TraceMetadata* test, const TraceMetadata* ref,
+                           const TraceMetadata* truth, Report& report);
+
 // Judges every tensor of ref (or those matching one of `only`, when given) against the
 // same-named tensors of test and truth, adding warnings the traces' metadata reveals.
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,

@@ -1,0 +1,104 @@
+"""_tensors.py: torch tensors and numpy arrays as (dtype name, shape, bytes) for the core, with
+no copy for contiguous CPU data; nested outputs flattened to dotted names."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+try:
+    import torch
+except ImportError:  # numpy-only use
+    torch = None
+
+_NUMPY_NAMES = {
+    "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
+    "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "float32": "F32",
+    "float64": "F64", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+    "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ", "float8_e8m0fnu": "F8_E8M0",
+}
+_TORCH_NAMES = {}
+if torch is not None:
+    for _name, _code in _NUMPY_NAMES.items():
+        if hasattr(torch, _name):
+            _TORCH_NAMES[getattr(torch, _name)] = _code
+    _TORCH_FROM_CODE = {code: dtype for dtype, code in _TORCH_NAMES.items()}
+
+
+def is_tensor(x) -> bool:
+    return (torch is not None and isinstance(x, torch.Tensor)) or isinstance(x, np.ndarray)
+
+
+def to_core(x, name: str):
+    """(safetensors dtype, shape, uint8 bytes) of a tensor or array; zero copy when it can be."""
+    if torch is not None and isinstance(x, torch.Tensor):
+        code = _TORCH_NAMES.get(x.dtype)
+        if code is None:
+            raise TypeError(f"tensor {name!r}: dtype {x.dtype} is not supported")
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()  # one copy to the host
+        t = t.contiguous()  # a no-op when already contiguous
+        shape = list(t.shape)
+        flat = t.reshape(-1)
+        data = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
+        return code, shape, data
+    if isinstance(x, np.ndarray):
+        code = _NUMPY_NAMES.get(x.dtype.name)
+        if code is None:
+            raise TypeError(f"array {name!r}: dtype {x.dtype} is not supported")
+        a = np.ascontiguousarray(x)
+        if a.dtype.byteorder == ">":
+            raise ValueError(f"array {name!r}: big-endian data is not supported")
+        return code, list(a.shape), a.reshape(-1).view(np.uint8)
+    raise TypeError(f"{name!r}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def torch_dtype(code: str):
+    if torch is None:
+        raise ImportError("torch is needed to turn trace entries into tensors")
+    if code not in _TORCH_FROM_CODE:
+        raise TypeError(f"dtype {code} has no torch equivalent")
+    return _TORCH_FROM_CODE[code]
+
+
+def flatten(obj, prefix: str = "") -> dict:
+    """Nested outputs as {dotted name: tensor}: dicts (keys), lists / tuples (indices),
+    namedtuples and dataclasses (fields), HF-style ModelOutput (its keys), Trace objects."""
+    out: dict = {}
+    _flatten_into(obj, prefix, out)
+    return out
+
+
+def _join(prefix, key):
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _flatten_into(obj, prefix, out):
+    from .trace import Trace
+
+    if obj is None:
+        return
+    if is_tensor(obj):
+        out[prefix or "output"] = obj
+    elif isinstance(obj, Trace):
+        for k in obj.keys():
+            out[_join(prefix, k)] = obj[k]
+    elif isinstance(obj, Mapping):  # dict, OrderedDict, ModelOutput
+        for k, v in obj.items():
+            _flatten_into(v, _join(prefix, k), out)
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        for k in obj._fields:
+            _flatten_into(getattr(obj, k), _join(prefix, k), out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _flatten_into(v, _join(prefix, i), out)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _flatten_into(getattr(obj, f.name), _join(prefix, f.name), out)
+    elif isinstance(obj, (bool, int, float)):
+        out[prefix or "output"] = np.asarray(obj, dtype=np.float64 if isinstance(obj, float) else None)
+    else:
+        raise TypeError(f"{prefix or 'output'!r}: cannot judge a {type(obj).__name__} "
+                        "(expected tensors, arrays, or dict / list / tuple / dataclass of them)")

@@ -1,0 +1,94 @@
+"""api.py: judge() and assert_aligned() on tensors, arrays, nested outputs, traces or paths."""
+from __future__ import annotations
+
+import json
+import os
+
+from . import _core
+from ._tensors import flatten, to_core
+from .report import Report
+from .trace import Trace
+
+_recorders = []  # callbacks of the pytest plugin: every report made in the session
+
+
+def _as_trace(obj, role):
+    if obj is None:
+        return None
+    if isinstance(obj, (str, os.PathLike)):
+        return Trace.load(obj)
+    if isinstance(obj, Trace):
+        return obj
+    return Trace(flatten(obj))
+
+
+def _rule_overrides(rules):
+    """rules: a spec for everything ("ulp:1"), a {glob: spec} dict, or ["glob=spec", ...];
+    a value may be (spec, reason) to explain a loosening."""
+    default, overrides = None, []
+    if rules is None:
+        return default, overrides
+    if isinstance(rules, str):
+        rules = [rules]
+    items = rules.items() if isinstance(rules, dict) else []
+    if not isinstance(rules, dict):
+        for r in rules:
+            glob, eq, spec = r.partition("=")
+            if eq:
+                items.append((glob, spec))
+            else:
+                default = r
+    for glob, spec in items:
+        reason = ""
+        if isinstance(spec, tuple):
+            spec, reason = spec
+        overrides.append((glob, spec, reason))
+    return default, overrides
+
+
+def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan=False,
+          larger_multiplier_for_small=False, force_max_multiplier=False, check_bias=False,
+          threads=0) -> Report:
+    """Judges every tensor of ``ref`` against the same-named tensor of ``test``, measured
+    against the float64 ``truth``. Each may be a tensor, an array, a nested structure of them
+    (flattened to dotted names: ``logits``, ``past.0.key``), a Trace, or a path."""
+    t, r, u = _as_trace(test, "test"), _as_trace(ref, "ref"), _as_trace(truth, "truth")
+    names = list(r.metadata.get("order", [])) if r.metadata else []
+    names = [n for n in names if n in r] + [n for n in r if n not in set(names)]
+    names += [n for n in t if n not in r]
+    items = []
+    for n in names:
+        items.append((n,
+                      t.core_tensor(n) if n in t else None,
+                      r.core_tensor(n) if n in r else None,
+                      u.core_tensor(n) if u is not None and n in u else None))
+    default, overrides = _rule_overrides(rules)
+    policy_json, policy_name = None, "policy"
+    if policy is not None:
+        if isinstance(policy, dict):
+            policy_json = json.dumps(policy)
+        else:
+            policy_name = os.fspath(policy)
+            with open(policy_name, encoding="utf-8") as f:
+                policy_json = f.read()
+    core = _core.judge(items, tol=tol, equal_nan=equal_nan,
+                       larger_multiplier_for_small=larger_multiplier_for_small,
+                       force_max_multiplier=force_max_multiplier, check_bias=check_bias,
+                       default_rule=default, overrides=overrides, policy_json=policy_json,
+                       policy_name=policy_name, threads=threads,
+                       metadata=[json.dumps(x.metadata) if x is not None and x.metadata else None
+                                 for x in (t, r, u)])
+    report = Report(core)
+    for record in _recorders:
+        record(report)
+    return report
+
+
+def assert_aligned(test, ref, truth=None, **options) -> Report:
+    """judge(), raising AssertionError with the report (failures first) when not aligned."""
+    report = judge(test, ref, truth, **options)
+    if not report.aligned:
+        worst = report.summary.get("worst")
+        head = f"not aligned: {worst}" if worst else "not aligned"
+        raise AssertionError(f"{head}\n{report}")
+    return report

@@ -1,0 +1,107 @@
+"""capture.py: run a function or module forward and backward in one precision and record
+outputs, input grads and parameter grads as a Trace, so truth / ref / test runs line up."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import platform
+
+import torch
+
+from ._tensors import flatten
+from .trace import Trace
+
+
+def fingerprint(t: torch.Tensor) -> str:
+    """A hash of a tensor's dtype, shape and bytes: equal inputs give equal fingerprints."""
+    t = t.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return "sha256:" + h.hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def tf32_off():
+    """TF32 off for matmul and cuDNN during the run, restored after, even on exceptions."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _cast(x, dtype, device):
+    if isinstance(x, torch.Tensor):
+        y = x.detach().to(device)
+        if y.is_floating_point():
+            y = y.to(dtype)
+        return y.requires_grad_(y.is_floating_point())
+    if isinstance(x, dict):
+        return {k: _cast(v, dtype, device) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        cast = [_cast(v, dtype, device) for v in x]
+        return type(x)(*cast) if hasattr(x, "_fields") else type(x)(cast)
+    return x
+
+
+def _upstream_grad(out: torch.Tensor, name: str, seed: int) -> torch.Tensor:
+    """A fixed random gradient per output, drawn in float64 from (seed, name) and cast, so
+    every precision's run receives the same one."""
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2 ** 63 - 1))
+    return torch.randn(out.shape, dtype=torch.float64, generator=g).to(out.dtype).to(out.device)
+
+
+def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu") -> Trace:
+    """Runs ``fn(*inputs)`` (or ``fn(**inputs)`` for a dict) in ``dtype`` on ``device``, then
+    backward with fixed upstream gradients; returns a Trace of ``out.*``, ``grad.input.*`` and
+    ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched."""
+    is_module = isinstance(fn, torch.nn.Module)
+    inputs_list = inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
+    fingerprints = {f"input.{k}": fingerprint(v) for k, v in flatten(inputs_list).items()
+                    if isinstance(v, torch.Tensor)}
+    if is_module:
+        for name, p in fn.named_parameters():
+            fingerprints[f"param.{name}"] = fingerprint(p)
+        module = copy.deepcopy(fn).to(device)
+        for p in module.parameters():
+            if p.is_floating_point():
+                p.data = p.data.to(dtype)
+        module.zero_grad(set_to_none=True)
+        call = module
+    else:
+        module, call = None, fn
+    args = _cast(inputs_list, dtype, device)
+    with tf32_off():
+        tf32 = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
+        result = call(**args) if isinstance(args, dict) else call(*args)
+        outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
+        grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
+        if grads_for:
+            torch.autograd.backward([o for _, o in grads_for],
+                                    [_upstream_grad(o, n, seed) for n, o in grads_for])
+    tensors = {n: o.detach() for n, o in outputs.items()}
+    for k, v in flatten(args).items():
+        if isinstance(v, torch.Tensor) and v.grad is not None:
+            tensors[f"grad.input.{k}"] = v.grad.detach()
+    if module is not None:
+        for name, p in module.named_parameters():
+            if p.grad is not None:
+                tensors[f"grad.param.{name}"] = p.grad.detach()
+    metadata = {
+        "dtype_recipe": str(dtype).replace("torch.", ""),
+        "device": str(device),
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "tf32": tf32,
+        "seed": seed,
+        "order": list(tensors),
+        "tags": {n: {"kind": "output" if n.startswith("out") else
+                     "input-grad" if n.startswith("grad.input") else "param-grad"} for n in tensors},
+        "fingerprints": fingerprints,
+    }
+    return Trace(tensors, metadata=metadata)

@@ -1,0 +1,51 @@
+"""pytest_plugin.py: ``--numalign-report=PATH`` writes every judgement of the session as JSON
+(PATH) and JUnit XML (PATH with .xml), atomically, when the session ends."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from . import api
+
+_state = {"reports": [], "current": None}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--numalign-report", default=None, metavar="PATH",
+                     help="write every numalign judgement of the session to PATH (JSON) and PATH.xml")
+
+
+def pytest_configure(config):
+    if config.getoption("--numalign-report"):
+        api._recorders.append(_record)
+
+
+def pytest_runtest_setup(item):
+    _state["current"] = item.nodeid
+
+
+def _record(report):
+    _state["reports"].append((_state["current"], report))
+
+
+def _write_atomic(path, text):
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".numalign-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--numalign-report")
+    if not path:
+        return
+    judgements = [{"test": nodeid, "report": json.loads(r.to_json())} for nodeid, r in _state["reports"]]
+    _write_atomic(path, json.dumps({"judgements": judgements}, indent=1) + "\n")
+    suites = "".join(r.to_junit().split("?>", 1)[1].replace("<testsuites>", "").replace("</testsuites>", "")
+                     for _, r in _state["reports"])
+    _write_atomic(os.path.splitext(path)[0] + ".xml",
+                  '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>' + suites + "</testsuites>\n")
+    if _record in api._recorders:
+        api._recorders.remove(_record)

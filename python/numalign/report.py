@@ -1,0 +1,59 @@
+"""report.py: a judgement's result; the text is the CLI's report (the same C++ code)."""
+from __future__ import annotations
+
+import json
+
+
+class Report:
+    """``aligned``, per-tensor results with every metric (``tensors``), ``warnings``,
+    ``to_json()``, ``to_junit()``; ``str()`` is the text report, failures first."""
+
+    def __init__(self, core):
+        self._core = core
+        self._data = json.loads(core.json())
+
+    @property
+    def aligned(self) -> bool:
+        return self._data["aligned"]
+
+    @property
+    def exit_code(self) -> int:
+        return self._core.exit_code
+
+    @property
+    def summary(self) -> dict:
+        return self._data["summary"]
+
+    @property
+    def warnings(self) -> list:
+        return list(self._data["warnings"])
+
+    @property
+    def tensors(self) -> list:
+        """One dict per tensor (JSON field names), failures first."""
+        return self._data["tensors"]
+
+    def __getitem__(self, name: str) -> dict:
+        for t in self.tensors:
+            if t["name"] == name:
+                return t
+        raise KeyError(name)
+
+    def __bool__(self) -> bool:
+        return self.aligned
+
+    def to_json(self) -> str:
+        return self._core.json()
+
+    def to_junit(self) -> str:
+        return self._core.junit()
+
+    def text(self, verbose: bool = False) -> str:
+        return self._core.text(verbose)
+
+    def __str__(self) -> str:
+        return self._core.text(False)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return f"<numalign.Report aligned={self.aligned} tensors={s['tensors']} failed={s['failed']} errors={s['errors']}>"

@@ -1,0 +1,86 @@
+"""trace.py: a run as {name: tensor} plus metadata, saved as one safetensors file."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Mapping
+
+from . import _core
+from ._tensors import flatten, to_core, torch_dtype
+
+METADATA_KEY = "numalign"
+
+
+class Trace(Mapping):
+    """A mapping name -> tensor with ``metadata`` (role, dtype_recipe, device, versions, tf32,
+    seed, order, tags, fingerprints). ``Trace.load`` maps the file and builds tensors lazily,
+    without copying their data; such tensors are read-only views of the file."""
+
+    def __init__(self, tensors=None, metadata=None, extra_metadata=None):
+        self._tensors = dict(flatten(tensors)) if tensors is not None else {}
+        self._lazy = {}
+        self._file = None
+        self.metadata = dict(metadata or {})
+        self.extra_metadata = dict(extra_metadata or {})  # other __metadata__ keys
+
+    @classmethod
+    def load(cls, path) -> "Trace":
+        trace = cls()
+        trace._file = _core.TraceFile(os.fspath(path))
+        for name, code, shape, data in trace._file.entries():
+            trace._lazy[name] = (code, shape, data)
+        raw = dict(trace._file.raw_metadata)
+        if METADATA_KEY in raw:
+            trace.metadata = json.loads(raw.pop(METADATA_KEY))
+        trace.extra_metadata = raw
+        return trace
+
+    def _materialize(self, name):
+        code, shape, data = self._lazy[name]
+        import torch
+
+        with warnings.catch_warnings():  # the mapping is read-only by design
+            warnings.simplefilter("ignore", UserWarning)
+            raw = torch.frombuffer(data, dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+        return raw.view(torch_dtype(code)).reshape(shape)
+
+    def __getitem__(self, name):
+        if name in self._tensors:
+            return self._tensors[name]
+        if name in self._lazy:
+            t = self._materialize(name)
+            self._tensors[name] = t
+            return t
+        raise KeyError(name)
+
+    def __iter__(self):
+        seen = set()
+        for name in list(self._lazy) + list(self._tensors):
+            if name not in seen:
+                seen.add(name)
+                yield name
+
+    def __len__(self):
+        return len(set(self._lazy) | set(self._tensors))
+
+    def __setitem__(self, name, tensor):
+        self._tensors[name] = tensor
+
+    def core_tensor(self, name):
+        """(dtype, shape, bytes) for the core, zero copy for entries of a loaded file."""
+        if name in self._lazy and name not in self._tensors:
+            return self._lazy[name]
+        return to_core(self[name], name)
+
+    def save(self, path) -> None:
+        """Writes atomically; the layout (and bytes) are those of safetensors' save_file."""
+        metadata = dict(self.extra_metadata)
+        if self.metadata:
+            metadata[METADATA_KEY] = json.dumps(self.metadata, separators=(",", ":"))
+        items = [(name, self.core_tensor(name)) for name in self]
+        _core.write_trace(os.fspath(path), items, metadata or None)
+
+    def __repr__(self):
+        role = self.metadata.get("role", "?")
+        return f"<numalign.Trace role={role} tensors={len(self)}>"

@@ -1,0 +1,156 @@
+// bindings.cpp: the thin nanobind layer over the C++ core; all logic stays in the core.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+
+#include "numalign/error.hpp"
+#include "numalign/judge.hpp"
+#include "numalign/trace.hpp"
+#include "numalign/version.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace numalign;
+
+namespace {
+
+using Bytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+// A tensor as Python hands it over: safetensors dtype name, shape, its bytes (zero copy).
+using PyTensor = std::tuple<std::string, std::vector<std::uint64_t>, Bytes>;
+
+TensorView to_view(const PyTensor& t, const std::string& name) {
+  const auto& [dtype_name, shape, bytes] = t;
+  const auto dtype = dtype_from_name(dtype_name);
+  if (!dtype) throw nb::value_error(("tensor '" + name + "': unknown dtype '" + dtype_name + "'").c_str());
+  TensorView v{*dtype, Shape(shape.begin(), shape.end()), reinterpret_cast<const std::byte*>(bytes.data())};
+  if (v.nbytes() != bytes.size()) {
+    throw nb::value_error(("tensor '" + name + "': " + std::to_string(bytes.size()) + " bytes for " +
+                           dtype_name + " " + format_shape(v.shape) + " (needs " +
+                           std::to_string(v.nbytes()) + ")")
+                              .c_str());
+  }
+  return v;
+}
+
+struct Item {
+  std::string name;
+  std::optional<PyTensor> test, ref, truth;
+};
+
+// An open trace file (or shards): keeps the mapping alive for the views handed out.
+struct TraceFile {
+  explicit TraceFile(const std::string& path) : trace(Trace::open(path)) {}
+  Trace trace;
+};
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "numalign's C++ core: rules, fused metrics, reports and safetensors traces";
+  m.attr("__version__") = NUMALIGN_VERSION;
+  nb::exception<Error>(m, "NumalignError", PyExc_ValueError);
+
+  nb::class_<Report>(m, "Report")
+      .def_prop_ro("aligned", &Report::aligned)
+      .def_prop_ro("exit_code", [](const Report& r) { return static_cast<int>(r.exit_code()); })
+      .def_prop_ro("warnings", [](const Report& r) { return r.warnings; })
+      .def("text", [](const Report& r, bool verbose) { return render_text(r, verbose); }, "verbose"_a = false)
+      .def("json", [](const Report& r) { return render_json(r); })
+      .def("junit", [](const Report& r) { return render_junit(r); });
+
+  m.def(
+      "judge",
+      [](const std::vector<std::tuple<std::string, std::optional<PyTensor>, std::optional<PyTensor>,
+                                      std::optional<PyTensor>>>& items,
+         double tol, bool equal_nan, bool larger_multiplier_for_small, bool force_max_multiplier,
+         bool check_bias, const std::optional<std::string>& default_rule,
+         const std::vector<std::tuple<std::string, std::string, std::string>>& overrides,
+         const std::optional<std::string>& policy_json, const std::string& policy_name, int threads,
+         const std::string& title, const std::vector<std::optional<std::string>>& metadata) {
+        JudgeOptions o;
+        if (policy_json) parse_policy(*policy_json, policy_name, o);
+        o.tol = tol;
+        o.equal_nan = o.equal_nan || equal_nan;
+        o.larger_multiplier_for_small = larger_multiplier_for_small;
+        o.force_max_multiplier = force_max_multiplier;
+        o.check_bias = o.check_bias || check_bias;
+        o.threads = threads;
+        if (default_rule) o.default_rule = parse_rule(*default_rule, "rules");
+        for (const auto& [glob, spec, reason] : overrides) {
+          o.overrides.push_back({glob, parse_rule(spec, "rules"), reason, "rules"});
+        }
+        // Views first (validated while holding the GIL), then the work without it.
+        std::vector<std::tuple<std::optional<TensorView>, std::optional<TensorView>, std::optional<TensorView>>> views;
+        views.reserve(items.size());
+        for (const auto& [name, test, ref, truth] : items) {
+          auto view = [&](const std::optional<PyTensor>& t) {
+            return t ? std::optional(to_view(*t, name)) : std::nullopt;
+          };
+          views.emplace_back(view(test), view(ref), view(truth));
+        }
+        std::vector<TensorTriple> triples;
+        for (std::size_t i = 0; i < items.size(); ++i) {
+          const auto& [t, r, u] = views[i];
+          triples.push_back({std::get<0>(items[i]), t ? &*t : nullptr, r ? &*r : nullptr, u ? &*u : nullptr});
+        }
+        Report report;
+        {
+          nb::gil_scoped_release release;
+          report = judge_tensors(triples, o);
+        }
+        report.title = title;
+        // Metadata JSON of test, ref and truth (None where a run has none).
+        std::vector<std::optional<TraceMetadata>> meta;
+        for (std::size_t i = 0; i < 3; ++i) {
+          const char* role[] = {"test", "ref", "truth"};
+          meta.push_back(i < metadata.size() && metadata[i]
+                             ? std::optional(TraceMetadata::from_json(*metadata[i], role[i]))
+                             : std::nullopt);
+        }
+        add_metadata_warnings(meta[0] ? &*meta[0] : nullptr, meta[1] ? &*meta[1] : nullptr,
+                              meta[2] ? &*meta[2] : nullptr, report);
+        return report;
+      },
+      "items"_a, "tol"_a = 1e-4, "equal_nan"_a = false, "larger_multiplier_for_small"_a = false,
+      "force_max_multiplier"_a = false, "check_bias"_a = false, "default_rule"_a = nb::none(),
+      "overrides"_a = std::vector<std::tuple<std::string, std::string, std::string>>{},
+      "policy_json"_a = nb::none(), "policy_name"_a = "policy", "threads"_a = 0, "title"_a = "",
+      "metadata"_a = std::vector<std::optional<std::string>>{});
+
+  nb::class_<TraceFile>(m, "TraceFile")
+      .def(nb::init<const std::string&>(), "path"_a)
+      .def_prop_ro("path", [](const TraceFile& f) { return f.trace.path(); })
+      .def_prop_ro("raw_metadata", [](const TraceFile& f) { return f.trace.raw_metadata(); })
+      .def(
+          "entries",
+          [](nb::handle self) {
+            const TraceFile& f = nb::cast<const TraceFile&>(self);
+            nb::list out;
+            for (const auto& e : f.trace.entries()) {
+              const std::size_t n = e.view.nbytes();
+              // Read-only, zero-copy view into the mapping; `self` keeps it alive.
+              nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> bytes(
+                  reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, self);
+              std::vector<std::uint64_t> shape(e.view.shape.begin(), e.view.shape.end());
+              out.append(nb::make_tuple(e.name, std::string(name(e.view.dtype)), shape, bytes));
+            }
+            return out;
+          });
+
+  m.def(
+      "write_trace",
+      [](const std::string& path, const std::vector<std::tuple<std::string, PyTensor>>& tensors,
+         const std::optional<std::map<std::string, std::string>>& metadata) {
+        std::vector<NamedTensor> named;
+        for (const auto& [n, t] : tensors) named.push_back({n, to_view(t, n)});
+        nb::gil_scoped_release release;
+        write_trace(path, named, metadata ? &*metadata : nullptr);
+      },
+      "path"_a, "tensors"_a, "metadata"_a = nb::none());
+}
