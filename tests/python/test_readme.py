@@ -39,3 +39,13 @@ def test_report_excerpt_matches_real_output(cli, examples, monkeypatch):
     for line in excerpt.splitlines():
         if line.strip() and line.strip() != "...":
             assert line in proc.stdout.splitlines(), line
+
+
+def test_python_examples_run_in_order(tmp_path, monkeypatch):
+    """Every ```python block of the README runs, in order, in one namespace."""
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert len(blocks) >= 2
+    namespace = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own README
