@@ -125,3 +125,23 @@ def test_pytest_plugin_writes_the_session_report(tmp_path):
     assert data["judgements"][0]["test"].endswith("test_k.py::test_one")
     assert data["judgements"][0]["report"]["aligned"] is True
     assert (tmp_path / "report.xml").read_text().count("<testcase") == 1
+
+
+def test_model_output_style_mappings_flatten_by_key():
+    class ModelOutput(collections.OrderedDict):  # the shape of transformers' ModelOutput
+        pass
+
+    u = torch.randn(1200, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    out = lambda d: ModelOutput(logits=u.to(d), hidden_states=(u.to(d), u.to(d)))  # noqa: E731
+    report = numalign.judge(out(torch.float32), out(torch.float32), out(torch.float64))
+    assert [t["name"] for t in report.tensors] == ["logits", "hidden_states.0", "hidden_states.1"]
+
+
+def test_cpu_tensors_reach_the_core_without_a_copy():
+    from numalign._tensors import to_core
+
+    t = torch.randn(1000, dtype=torch.bfloat16)
+    _, _, data = to_core(t, "t")
+    assert data.data_ptr() == t.data_ptr()
+    a = np.arange(10, dtype=np.float32)
+    assert to_core(a, "a")[2].ctypes.data == a.ctypes.data
