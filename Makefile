@@ -3,8 +3,10 @@ SHELL := /bin/bash
 BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev clang-format
-.PHONY: deps deps-apt deps-python build install-python demo test test-cpp test-python format clean
+APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev clang-format \
+  clang-14 libclang-rt-14-dev
+.PHONY: deps deps-apt deps-python build install-python demo test test-cpp test-sanitize test-python \
+  build-fuzz fuzz fuzz-smoke format clean
 
 deps: deps-apt deps-python
 
@@ -48,10 +50,43 @@ test-python: install-python
 	@NUMALIGN_CLI=$(abspath $(BUILD))/numalign NUMALIGN_EXAMPLES=$(abspath $(BUILD))/make_example_traces \
 	  $(PY) -m pytest -q tests/python
 
-test: test-cpp test-python
+# The whole C++ suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+test-sanitize: deps-apt
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS=$(SAN_FLAGS)" >/dev/null
+	@cmake --build build-asan -j 2
+	@cd build-asan && ASAN_OPTIONS=abort_on_error=1 ctest --output-on-failure -j 2
+
+# libFuzzer targets (clang): `make fuzz FUZZ_SECONDS=600` runs each; new inputs go to
+# build-fuzz/corpus, never into the checked-in seeds under fuzz/corpus.
+FUZZ_TARGETS := trace metadata rules
+FUZZ_SECONDS ?= 60
+build-fuzz: deps-apt
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DNUMALIGN_FUZZ=ON \
+	  -DNUMALIGN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" >/dev/null
+	@cmake --build build-fuzz -j 2 --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+
+fuzz: build-fuzz
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus/$$t && cp -n fuzz/corpus/$$t/* build-fuzz/corpus/$$t/; \
+	  echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	  build-fuzz/fuzz_$$t build-fuzz/corpus/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=build-fuzz/ 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY' || exit 1; \
+	done
+
+# In `make test`: replay every seed, then fuzz each target briefly.
+fuzz-smoke: build-fuzz
+	@for t in $(FUZZ_TARGETS); do \
+	  build-fuzz/fuzz_$$t -runs=0 fuzz/corpus/$$t > build-fuzz/replay_$$t.log 2>&1 \
+	    || { cat build-fuzz/replay_$$t.log; exit 1; }; \
+	done
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
+
+test: test-cpp test-sanitize fuzz-smoke test-python
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-fuzz

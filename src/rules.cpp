@@ -72,12 +72,13 @@ bool glob_match(std::string_view pattern, std::string_view name) {
   // Iterative wildcard match with one backtrack point (the last '*').
   std::size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
   while (n < name.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p;
-      ++n;
-    } else if (p < pattern.size() && pattern[p] == '*') {
+    // '*' first: a '*' in the name must not be taken as the pattern's literal '*'.
+    if (p < pattern.size() && pattern[p] == '*') {
       star = p++;
       mark = n;
+    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
     } else if (star != std::string_view::npos) {
       p = star + 1;
       n = ++mark;

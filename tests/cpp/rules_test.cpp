@@ -125,6 +125,10 @@ TEST(GlobTest, StarsAndQuestionMarks) {
   EXPECT_TRUE(glob_match("*.*.*", "a.b.c"));
   EXPECT_TRUE(glob_match("**x", "yyx"));
   EXPECT_FALSE(glob_match("x", "xx"));
+  // Found by fuzz_rules: a '*' in the name was matched as the pattern's literal '*'.
+  EXPECT_TRUE(glob_match("*", "*)"));
+  EXPECT_TRUE(glob_match("*:", "*:"));
+  EXPECT_TRUE(glob_match("a*", "a*b"));
 }
 
 TEST(OverrideTest, LastMatchWinsAndIntegersAreExact) {

@@ -86,7 +86,8 @@ TEST(TraceWriteTest, RoundTripOfEveryDtypeAndMetadata) {
     storage.push_back(std::move(b));
     tensors.push_back({"t." + std::string(name(d)), {d, {numel}, storage.back().data()}});
   }
-  tensors.push_back({"scalar", {DType::F32, {}, storage[0].data()}});
+  const float scalar = 2.5f;  // a 0-d tensor holds one element
+  tensors.push_back({"scalar", {DType::F32, {}, reinterpret_cast<const std::byte*>(&scalar)}});
   tensors.push_back({"empty", {DType::F16, {0, 4}, nullptr}});
   TraceMetadata meta;
   meta.role = "test";
