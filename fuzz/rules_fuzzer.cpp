@@ -11,7 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   const auto nl = text.find('\n');
   const std::string_view first = text.substr(0, nl);
-  const std::string_view rest = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+  const std::string_view rest =
+      nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
   try {
     const numalign::Rule r = numalign::parse_rule(first);
     const numalign::Rule again = numalign::parse_rule(r.spec());

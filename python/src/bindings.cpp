@@ -27,11 +27,13 @@ using PyTensor = std::tuple<std::string, std::vector<std::uint64_t>, Bytes>;
 TensorView to_view(const PyTensor& t, const std::string& name) {
   const auto& [dtype_name, shape, bytes] = t;
   const auto dtype = dtype_from_name(dtype_name);
-  if (!dtype) throw nb::value_error(("tensor '" + name + "': unknown dtype '" + dtype_name + "'").c_str());
-  TensorView v{*dtype, Shape(shape.begin(), shape.end()), reinterpret_cast<const std::byte*>(bytes.data())};
+  if (!dtype)
+    throw nb::value_error(("tensor '" + name + "': unknown dtype '" + dtype_name + "'").c_str());
+  TensorView v{*dtype, Shape(shape.begin(), shape.end()),
+               reinterpret_cast<const std::byte*>(bytes.data())};
   if (v.nbytes() != bytes.size()) {
-    throw nb::value_error(("tensor '" + name + "': " + std::to_string(bytes.size()) + " bytes for " +
-                           dtype_name + " " + format_shape(v.shape) + " (needs " +
+    throw nb::value_error(("tensor '" + name + "': " + std::to_string(bytes.size()) +
+                           " bytes for " + dtype_name + " " + format_shape(v.shape) + " (needs " +
                            std::to_string(v.nbytes()) + ")")
                               .c_str());
   }
@@ -60,7 +62,9 @@ NB_MODULE(_core, m) {
       .def_prop_ro("aligned", &Report::aligned)
       .def_prop_ro("exit_code", [](const Report& r) { return static_cast<int>(r.exit_code()); })
       .def_prop_ro("warnings", [](const Report& r) { return r.warnings; })
-      .def("text", [](const Report& r, bool verbose) { return render_text(r, verbose); }, "verbose"_a = false)
+      .def(
+          "text", [](const Report& r, bool verbose) { return render_text(r, verbose); },
+          "verbose"_a = false)
       .def("json", [](const Report& r) { return render_json(r); })
       .def("junit", [](const Report& r) { return render_junit(r); });
 
@@ -86,7 +90,9 @@ NB_MODULE(_core, m) {
           o.overrides.push_back({glob, parse_rule(spec, "rules"), reason, "rules"});
         }
         // Views first (validated while holding the GIL), then the work without it.
-        std::vector<std::tuple<std::optional<TensorView>, std::optional<TensorView>, std::optional<TensorView>>> views;
+        std::vector<std::tuple<std::optional<TensorView>, std::optional<TensorView>,
+                               std::optional<TensorView>>>
+            views;
         views.reserve(items.size());
         for (const auto& [name, test, ref, truth] : items) {
           auto view = [&](const std::optional<PyTensor>& t) {
@@ -97,7 +103,8 @@ NB_MODULE(_core, m) {
         std::vector<TensorTriple> triples;
         for (std::size_t i = 0; i < items.size(); ++i) {
           const auto& [t, r, u] = views[i];
-          triples.push_back({std::get<0>(items[i]), t ? &*t : nullptr, r ? &*r : nullptr, u ? &*u : nullptr});
+          triples.push_back(
+              {std::get<0>(items[i]), t ? &*t : nullptr, r ? &*r : nullptr, u ? &*u : nullptr});
         }
         Report report;
         {
@@ -127,21 +134,19 @@ NB_MODULE(_core, m) {
       .def(nb::init<const std::string&>(), "path"_a)
       .def_prop_ro("path", [](const TraceFile& f) { return f.trace.path(); })
       .def_prop_ro("raw_metadata", [](const TraceFile& f) { return f.trace.raw_metadata(); })
-      .def(
-          "entries",
-          [](nb::handle self) {
-            const TraceFile& f = nb::cast<const TraceFile&>(self);
-            nb::list out;
-            for (const auto& e : f.trace.entries()) {
-              const std::size_t n = e.view.nbytes();
-              // Read-only, zero-copy view into the mapping; `self` keeps it alive.
-              nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> bytes(
-                  reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, self);
-              std::vector<std::uint64_t> shape(e.view.shape.begin(), e.view.shape.end());
-              out.append(nb::make_tuple(e.name, std::string(name(e.view.dtype)), shape, bytes));
-            }
-            return out;
-          });
+      .def("entries", [](nb::handle self) {
+        const TraceFile& f = nb::cast<const TraceFile&>(self);
+        nb::list out;
+        for (const auto& e : f.trace.entries()) {
+          const std::size_t n = e.view.nbytes();
+          // Read-only, zero-copy view into the mapping; `self` keeps it alive.
+          nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> bytes(
+              reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, self);
+          std::vector<std::uint64_t> shape(e.view.shape.begin(), e.view.shape.end());
+          out.append(nb::make_tuple(e.name, std::string(name(e.view.dtype)), shape, bytes));
+        }
+        return out;
+      });
 
   m.def(
       "write_trace",

@@ -3,13 +3,12 @@
 #include "numalign/trace.hpp"
 
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-
-#include <simdjson.h>
 
 #include "numalign/error.hpp"
 
