@@ -22,7 +22,7 @@ std::string settings_of(const JudgeOptions& o) {
 }
 
 // A problem found before any metric: returns true and fills `r` when it cannot go further.
-bool precheck(const TensorTriple& t, const RuleChoice& choice, TensorResult& r) {
+bool precheck(const TensorTriple& t, TensorResult& r) {
   auto stop = [&](VerdictKind k, std::string why) {
     r.verdict = k;
     r.reason = std::move(why);
@@ -41,7 +41,6 @@ bool precheck(const TensorTriple& t, const RuleChoice& choice, TensorResult& r) 
     return stop(VerdictKind::kError, "judging " + std::string(name(t.test->dtype)) +
                                          " is not supported yet (numalign inspect reads it)");
   }
-  const bool needs_truth = choice.rule.kind == RuleKind::kRmse;
   if (t.truth) {
     if (t.truth->shape != t.ref->shape) {
       return stop(VerdictKind::kError, "shape mismatch: truth " + format_shape(t.truth->shape) +
@@ -52,7 +51,6 @@ bool precheck(const TensorTriple& t, const RuleChoice& choice, TensorResult& r) 
                                            " cannot be read as numbers");
     }
   }
-  (void)needs_truth;
   return false;
 }
 
@@ -103,7 +101,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
     choices[i] = choose_rule(t.name, any ? any->dtype : DType::F32, options);
     r.rule = choices[i].rule.spec();
     if (choices[i].override) r.override_reason = choices[i].override->reason;
-    if (precheck(t, choices[i], r)) continue;
+    if (precheck(t, r)) continue;
     // Truth is only read when the tensor can use it (a floating truth for a floating test).
     const TensorView* truth = (t.truth && is_floating(t.ref->dtype)) ? t.truth : nullptr;
     inputs.push_back({t.test, t.ref, truth});
