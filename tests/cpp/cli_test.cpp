@@ -164,6 +164,24 @@ TEST_F(CliTest, OutputFileJunitAndInspect) {
   EXPECT_NE(ins.out.find("\"role\":\"truth\""), std::string::npos) << ins.out;
 }
 
+TEST_F(CliTest, OnlySelectsTensorsAndShardFoldersAreOneTrace) {
+  const CliRun only = cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") +
+                          " --only 'bf16.*' --format json");
+  EXPECT_EQ(only.code, 1) << only.out;
+  EXPECT_NE(only.out.find("\"tensors\":1,"), std::string::npos) << only.out;
+  EXPECT_EQ(only.out.find("fp32.out"), std::string::npos) << only.out;
+  // The reference split into two shards in a folder judges like the single file.
+  const Trace ref = Trace::open(mm("ref"));
+  const fs::path shards = dir_ / "ref_shards";
+  fs::create_directories(shards);
+  write_trace((shards / "a.safetensors").string(), {{"bf16.out", ref.find("bf16.out")->view}});
+  write_trace((shards / "b.safetensors").string(), {{"fp32.out", ref.find("fp32.out")->view}});
+  const CliRun sharded =
+      cli("judge " + mm("reordered") + " " + shards.string() + " " + mm("truth"));
+  EXPECT_EQ(sharded.code, 0) << sharded.out;
+  EXPECT_NE(sharded.out.find("ALIGNED: 2 of 2 tensors pass"), std::string::npos) << sharded.out;
+}
+
 TEST_F(CliTest, HelpAndVersion) {
   const CliRun help = cli("--help");
   EXPECT_EQ(help.code, 0);
