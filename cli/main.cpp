@@ -94,8 +94,7 @@ int emit(const Report& report, const CommonOptions& c) {
   write_file_atomic(c.output, text);
   if (c.output != "-" && c.format != "text") {
     // Machine formats went to a file: still tell the person at the terminal the outcome.
-    const std::string brief = render_text(report);
-    std::fputs(brief.substr(brief.rfind('\n', brief.size() - 2) + 1).c_str(), stderr);
+    std::fprintf(stderr, "%s\n", render_summary(report).c_str());
   }
   return report.exit_code();
 }

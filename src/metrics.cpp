@@ -31,13 +31,18 @@ std::string format_shape(const Shape& shape) {
   return s + "]";
 }
 
-std::string format_index(const Shape& shape, std::uint64_t flat) {
+std::vector<std::uint64_t> unravel_index(const Shape& shape, std::uint64_t flat) {
   std::vector<std::uint64_t> idx(shape.size());
   for (std::size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] == 0) return "()";
+    if (shape[i] == 0) return {};
     idx[i] = flat % shape[i];
     flat /= shape[i];
   }
+  return idx;
+}
+
+std::string format_index(const Shape& shape, std::uint64_t flat) {
+  const std::vector<std::uint64_t> idx = unravel_index(shape, flat);
   std::string s = "(";
   for (std::size_t i = 0; i < idx.size(); ++i) {
     if (i) s += ", ";

@@ -102,7 +102,9 @@ void append_detail(std::string& out, const std::string& text) {
 
 std::string opt_number(const std::optional<double>& v) { return v ? format_number(*v) : "-"; }
 
-std::string summary_line(const Report& r) {
+}  // namespace
+
+std::string render_summary(const Report& r) {
   const std::size_t n = r.tensors.size(), f = r.count(VerdictKind::kFail),
                     e = r.count(VerdictKind::kError);
   std::string s = r.aligned() ? "ALIGNED" : (e ? "COULD NOT JUDGE" : "NOT ALIGNED");
@@ -116,8 +118,6 @@ std::string summary_line(const Report& r) {
   }
   return s;
 }
-
-}  // namespace
 
 std::string render_text(const Report& report, bool verbose) {
   std::string out;
@@ -179,7 +179,7 @@ std::string render_text(const Report& report, bool verbose) {
     out += "\nwarnings:\n";
     for (const auto& w : report.warnings) out += "  - " + printable(w) + "\n";
   }
-  out += "\n" + summary_line(report) + "\n";
+  out += "\n" + render_summary(report) + "\n";
   return out;
 }
 
@@ -187,19 +187,7 @@ namespace {
 
 void write_index(detail::JsonWriter& w, const Shape& shape, std::uint64_t flat) {
   w.begin_array();
-  std::vector<std::uint64_t> idx(shape.size());
-  bool empty = false;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] == 0) {
-      empty = true;
-      break;
-    }
-    idx[i] = flat % shape[i];
-    flat /= shape[i];
-  }
-  if (!empty) {
-    for (auto v : idx) w.integer(v);
-  }
+  for (auto v : unravel_index(shape, flat)) w.integer(v);
   w.end_array();
 }
 

@@ -420,8 +420,10 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
 
 // ---- writing ----
 
-std::string serialize_header(const std::vector<NamedTensor>& tensors,
-                             const std::map<std::string, std::string>* metadata) {
+namespace {
+
+// The reference serializer's order: dtype descending (enum order), then name.
+std::vector<const NamedTensor*> serialization_order(const std::vector<NamedTensor>& tensors) {
   std::vector<const NamedTensor*> order;
   for (const auto& t : tensors) {
     if (t.name == "__metadata__") fail(t.name, "a tensor cannot be named __metadata__");
@@ -436,6 +438,11 @@ std::string serialize_header(const std::vector<NamedTensor>& tensors,
       fail(order[i]->name, "tensor name given twice");
     }
   }
+  return order;
+}
+
+std::string header_for(const std::vector<const NamedTensor*>& order,
+                       const std::map<std::string, std::string>* metadata) {
   detail::JsonWriter w;
   w.begin_object();
   if (metadata) {
@@ -459,6 +466,13 @@ std::string serialize_header(const std::vector<NamedTensor>& tensors,
   std::string header = w.take();
   header.append((8 - header.size() % 8) % 8, ' ');
   return header;
+}
+
+}  // namespace
+
+std::string serialize_header(const std::vector<NamedTensor>& tensors,
+                             const std::map<std::string, std::string>* metadata) {
+  return header_for(serialization_order(tensors), metadata);
 }
 
 namespace {
@@ -512,13 +526,8 @@ class TempFile {
 
 void write_trace(const std::string& path, const std::vector<NamedTensor>& tensors,
                  const std::map<std::string, std::string>* metadata) {
-  const std::string header = serialize_header(tensors, metadata);
-  std::vector<const NamedTensor*> order;
-  for (const auto& t : tensors) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](const NamedTensor* a, const NamedTensor* b) {
-    if (a->view.dtype != b->view.dtype) return a->view.dtype > b->view.dtype;
-    return a->name < b->name;
-  });
+  const std::vector<const NamedTensor*> order = serialization_order(tensors);
+  const std::string header = header_for(order, metadata);
   TempFile out(path);
   std::uint8_t len[8];
   std::uint64_t n = header.size();

@@ -44,6 +44,8 @@ struct Report {
 double severity(const TensorResult& r);
 
 std::string render_text(const Report& report, bool verbose = false);
+// The verdict line that ends the text report: "ALIGNED: 3 of 3 tensors pass".
+std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
 std::string render_junit(const Report& report);
 

@@ -27,7 +27,9 @@ struct TensorView {
 
 // "[2, 3]" for messages and reports.
 std::string format_shape(const Shape& shape);
-// Multi-dimensional index of a flat C-order position: "(1, 2)"; "()" for scalars.
+// Multi-dimensional index of a flat C-order position; empty for scalars and empty tensors.
+std::vector<std::uint64_t> unravel_index(const Shape& shape, std::uint64_t flat);
+// The same as text: "(1, 2)", "(4,)"; "()" for scalars.
 std::string format_index(const Shape& shape, std::uint64_t flat);
 
 }  // namespace numalign
