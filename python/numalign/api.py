@@ -12,7 +12,7 @@ from .trace import Trace
 _recorders = []  # callbacks of the pytest plugin: every report made in the session
 
 
-def _as_trace(obj, role):
+def _as_trace(obj):
     if obj is None:
         return None
     if isinstance(obj, (str, os.PathLike)):
@@ -52,10 +52,11 @@ def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan
     """Judges every tensor of ``ref`` against the same-named tensor of ``test``, measured
     against the float64 ``truth``. Each may be a tensor, an array, a nested structure of them
     (flattened to dotted names: ``logits``, ``past.0.key``), a Trace, or a path."""
-    t, r, u = _as_trace(test, "test"), _as_trace(ref, "ref"), _as_trace(truth, "truth")
-    names = list(r.metadata.get("order", [])) if r.metadata else []
-    names = [n for n in names if n in r] + [n for n in r if n not in set(names)]
-    names += [n for n in t if n not in r]
+    t, r, u = _as_trace(test), _as_trace(ref), _as_trace(truth)
+    # ref's execution order first (when recorded), then the rest of ref, then test-only names.
+    ordered = [n for n in dict.fromkeys(r.metadata.get("order", [])) if n in r]
+    seen = set(ordered)
+    names = ordered + [n for n in r if n not in seen] + [n for n in t if n not in r]
     items = []
     for n in names:
         items.append((n,

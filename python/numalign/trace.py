@@ -54,6 +54,9 @@ class Trace(Mapping):
             return t
         raise KeyError(name)
 
+    def __contains__(self, name):  # without building the tensor, as Mapping's default would
+        return name in self._tensors or name in self._lazy
+
     def __iter__(self):
         seen = set()
         for name in list(self._lazy) + list(self._tensors):
