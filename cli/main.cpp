@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "numalign/judge.hpp"
+#include "numalign/metrics.hpp"
 #include "numalign/trace.hpp"
 #include "numalign/version.hpp"
 
@@ -194,7 +195,8 @@ int main(int argc, char** argv) {
       "numalign: is an implementation numerically aligned with its reference?\n"
       "The allowance is measured against a float64 truth, not hand-picked."};
   app.footer(kFooter);
-  app.set_version_flag("--version", std::string("numalign ") + NUMALIGN_VERSION);
+  app.set_version_flag("--version", std::string("numalign ") + NUMALIGN_VERSION +
+                                        " (SIMD: " + numalign::simd_target() + ")");
   app.require_subcommand(1);
 
   CommonOptions common;

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <limits>
 
+#include "metrics_internal.hpp"
 #include "parallel.hpp"
-#include "summation.hpp"
 
 namespace numalign {
 
@@ -54,9 +54,9 @@ std::string format_index(const Shape& shape, std::uint64_t flat) {
 
 namespace {
 
-using detail::CompensatedSum;
+using detail::kBlock;
+using detail::Partial;
 
-constexpr std::size_t kBlock = 256;         // elements decoded at a time (stack buffers)
 constexpr std::uint64_t kChunk = 1u << 20;  // elements per parallel task
 
 float round_float_to(DType d, float x) {
@@ -72,6 +72,10 @@ float round_float_to(DType d, float x) {
   }
   return static_cast<float>(round_to(d, x));
 }
+
+}  // namespace
+
+namespace detail {
 
 // torch.isclose(self, other, atol, rtol) for one element: |self - other| <= atol +
 // rtol * |other|, computed as ATen does it: in the tensors' dtype, the half types in float
@@ -107,65 +111,9 @@ bool torch_isclose(DType d, double self, double other, double atol, double rtol,
   }
 }
 
-struct Partial {
-  std::uint64_t n = 0;
-  CompensatedSum sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth, err_sum;
-  double max_abs_truth = -1;
-  std::uint64_t max_abs_truth_index = 0;
-  double max_abs_ref = -1;
-  std::uint64_t max_abs_ref_index = 0;
-  std::uint64_t test_differs = 0, test_over = 0, test_under = 0;
-  std::uint64_t ref_differs = 0, ref_over = 0, ref_under = 0;
-  std::uint64_t not_close = 0, bits_differ = 0, values_differ = 0;
-  UlpStats ulp;
-  NonFinite nf_test, nf_ref, nf_truth;
+}  // namespace detail
 
-  void merge(const Partial& o) {
-    n += o.n;
-    sq_err_test.merge(o.sq_err_test);
-    sq_err_ref.merge(o.sq_err_ref);
-    sq_truth.merge(o.sq_truth);
-    sq_test.merge(o.sq_test);
-    test_dot_truth.merge(o.test_dot_truth);
-    err_sum.merge(o.err_sum);
-    // Strict comparisons keep the earliest index on ties: chunks merge in order.
-    if (o.max_abs_truth > max_abs_truth) {
-      max_abs_truth = o.max_abs_truth;
-      max_abs_truth_index = o.max_abs_truth_index;
-    }
-    if (o.max_abs_ref > max_abs_ref) {
-      max_abs_ref = o.max_abs_ref;
-      max_abs_ref_index = o.max_abs_ref_index;
-    }
-    test_differs += o.test_differs;
-    test_over += o.test_over;
-    test_under += o.test_under;
-    ref_differs += o.ref_differs;
-    ref_over += o.ref_over;
-    ref_under += o.ref_under;
-    not_close += o.not_close;
-    bits_differ += o.bits_differ;
-    values_differ += o.values_differ;
-    if (o.ulp.max > ulp.max) {
-      ulp.max = o.ulp.max;
-      ulp.max_index = o.ulp.max_index;
-    }
-    ulp.any_inf = ulp.any_inf || o.ulp.any_inf;
-    for (int b = 0; b < kUlpBins; ++b) ulp.hist[b] += o.ulp.hist[b];
-    for (auto [dst, src] : {std::pair{&nf_test, &o.nf_test}, std::pair{&nf_ref, &o.nf_ref},
-                            std::pair{&nf_truth, &o.nf_truth}}) {
-      dst->nan += src->nan;
-      dst->inf += src->inf;
-    }
-  }
-};
-
-void count_nonfinite(const double* v, std::size_t n, NonFinite& nf) {
-  for (std::size_t i = 0; i < n; ++i) {
-    nf.nan += std::isnan(v[i]);
-    nf.inf += std::isinf(v[i]);
-  }
-}
+namespace {
 
 // Error balance counters: does |x| overshoot or undershoot |u| where x != u?
 void count_balance(double x, double u, std::uint64_t& differs, std::uint64_t& over,
@@ -177,8 +125,51 @@ void count_balance(double x, double u, std::uint64_t& differs, std::uint64_t& ov
   under += ax < au;
 }
 
-Partial accumulate(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
-                   std::uint64_t end) {
+}  // namespace
+
+namespace detail {
+
+void Partial::merge(const Partial& o) {
+  n += o.n;
+  sq_err_test.merge(o.sq_err_test);
+  sq_err_ref.merge(o.sq_err_ref);
+  sq_truth.merge(o.sq_truth);
+  sq_test.merge(o.sq_test);
+  test_dot_truth.merge(o.test_dot_truth);
+  err_sum.merge(o.err_sum);
+  // Strict comparisons keep the earliest index on ties: chunks merge in order.
+  if (o.max_abs_truth > max_abs_truth) {
+    max_abs_truth = o.max_abs_truth;
+    max_abs_truth_index = o.max_abs_truth_index;
+  }
+  if (o.max_abs_ref > max_abs_ref) {
+    max_abs_ref = o.max_abs_ref;
+    max_abs_ref_index = o.max_abs_ref_index;
+  }
+  test_differs += o.test_differs;
+  test_over += o.test_over;
+  test_under += o.test_under;
+  ref_differs += o.ref_differs;
+  ref_over += o.ref_over;
+  ref_under += o.ref_under;
+  not_close += o.not_close;
+  bits_differ += o.bits_differ;
+  values_differ += o.values_differ;
+  if (o.ulp.max > ulp.max) {
+    ulp.max = o.ulp.max;
+    ulp.max_index = o.ulp.max_index;
+  }
+  ulp.any_inf = ulp.any_inf || o.ulp.any_inf;
+  for (int b = 0; b < kUlpBins; ++b) ulp.hist[b] += o.ulp.hist[b];
+  for (auto [dst, src] : {std::pair{&nf_test, &o.nf_test}, std::pair{&nf_ref, &o.nf_ref},
+                          std::pair{&nf_truth, &o.nf_truth}}) {
+    dst->nan += src->nan;
+    dst->inf += src->inf;
+  }
+}
+
+Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
+                          std::uint64_t end) {
   Partial p;
   const DType dt = in.test->dtype;
   const bool floating = is_floating(dt);
@@ -263,6 +254,10 @@ Partial accumulate(const MetricsInput& in, const MetricOptions& opt, std::uint64
   return p;
 }
 
+}  // namespace detail
+
+namespace {
+
 double balance(std::uint64_t over, std::uint64_t under, std::uint64_t differs) {
   if (differs == 0) return 0;
   return (static_cast<double>(over) - static_cast<double>(under)) / static_cast<double>(differs);
@@ -332,7 +327,10 @@ std::vector<Metrics> compute_metrics(std::span<const MetricsInput> inputs,
       tasks.size(), detail::resolve_threads(threads),
       [&](std::size_t i) {
         const Task& task = tasks[i];
-        partials[i] = accumulate(inputs[task.tensor], options, task.begin, task.end);
+        partials[i] =
+            options.kernel == MetricKernel::scalar
+                ? detail::accumulate_scalar(inputs[task.tensor], options, task.begin, task.end)
+                : detail::accumulate_simd(inputs[task.tensor], options, task.begin, task.end);
         const MetricsInput& in = inputs[task.tensor];
         const double per_element =
             2.0 * static_cast<double>(element_size(in.test->dtype)) +
@@ -371,7 +369,7 @@ bool loosely_close_to_truth(const TensorView& test, const TensorView& truth, boo
     double u = to_double(truth.dtype, truth.data + i * us);
     if (dt != DType::F64) u = static_cast<float>(u);
     if (dt != DType::F64 && dt != DType::F32) u = round_to(dt, u);
-    if (!torch_isclose(dt, u, t, kLoose, kLoose, equal_nan)) return false;
+    if (!detail::torch_isclose(dt, u, t, kLoose, kLoose, equal_nan)) return false;
   }
   return true;
 }

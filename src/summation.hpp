@@ -21,7 +21,8 @@ class CompensatedSum {
   }
   void merge(const CompensatedSum& other) {
     add(other.sum_);
-    add(other.carry_);
+    // An infinite sum's carry is NaN (inf - inf): adding it would turn inf into NaN.
+    if (std::isfinite(other.sum_)) add(other.carry_);
   }
   // An infinite or NaN running sum makes the carry meaningless: report the sum itself.
   double value() const { return std::isfinite(sum_) ? sum_ + carry_ : sum_; }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "numalign/metrics.hpp"
 #include "numalign/trace.hpp"
 
 namespace numalign {
@@ -190,6 +191,8 @@ TEST_F(CliTest, HelpAndVersion) {
   const CliRun version = cli("--version");
   EXPECT_EQ(version.code, 0);
   EXPECT_NE(version.out.find("numalign 0."), std::string::npos);
+  // The instruction set the metrics run on, as dispatched on this CPU.
+  EXPECT_NE(version.out.find("(SIMD: " + simd_target() + ")"), std::string::npos) << version.out;
 }
 
 TEST_F(CliTest, InputFilesAreNeverModified) {

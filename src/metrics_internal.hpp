@@ -1,0 +1,56 @@
+// metrics_internal.hpp: the per-chunk partial results of the fused pass, shared by its
+// scalar reference path (metrics.cpp) and its SIMD kernel (metrics_simd.cpp).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "numalign/metrics.hpp"
+#include "summation.hpp"
+
+namespace numalign::detail {
+
+inline constexpr std::size_t kBlock = 256;  // elements decoded at a time (stack buffers)
+
+// torch.isclose(self, other, atol, rtol) for one element, rounded as ATen rounds it in
+// the dtype d (see metrics.cpp). `same()` calls allclose(ref, test): other is the test.
+bool torch_isclose(DType d, double self, double other, double atol, double rtol, bool equal_nan);
+
+// Adds the NaN and Inf among n decoded values to nf.
+inline void count_nonfinite(const double* v, std::size_t n, NonFinite& nf) {
+  for (std::size_t i = 0; i < n; ++i) {
+    nf.nan += std::isnan(v[i]);
+    nf.inf += std::isinf(v[i]);
+  }
+}
+
+// Every metric of one chunk [begin, end) of one tensor, before the final divisions.
+struct Partial {
+  std::uint64_t n = 0;
+  CompensatedSum sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth, err_sum;
+  double max_abs_truth = -1;
+  std::uint64_t max_abs_truth_index = 0;
+  double max_abs_ref = -1;
+  std::uint64_t max_abs_ref_index = 0;
+  std::uint64_t test_differs = 0, test_over = 0, test_under = 0;
+  std::uint64_t ref_differs = 0, ref_over = 0, ref_under = 0;
+  std::uint64_t not_close = 0, bits_differ = 0, values_differ = 0;
+  UlpStats ulp;
+  NonFinite nf_test, nf_ref, nf_truth;
+
+  // Folds in the partial of the chunk that follows this one: on ties the earlier index
+  // stays, so merging chunks in order gives the first index of every maximum.
+  void merge(const Partial& later);
+};
+
+// The reference path: plain C++, one element at a time.
+Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
+                          std::uint64_t end);
+// The SIMD kernel (Highway, dispatched at run time to the best target of this CPU). Its
+// sums may differ from the scalar path's by the summation-order bound in metrics.hpp;
+// every count, maximum, index and histogram bin is identical.
+Partial accumulate_simd(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
+                        std::uint64_t end);
+const char* simd_target_name();
+
+}  // namespace numalign::detail
