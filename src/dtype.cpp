@@ -253,15 +253,21 @@ double to_double(DType dtype, const std::byte* p) {
 
 namespace {
 
-// Lookup tables for the narrow floats, built once from format_decode.
+// Lookup tables for the narrow floats, built once from the per-pattern definitions.
 struct Tables {
   std::array<std::array<double, 256>, kDTypeCount> fp8{};
+  std::array<std::array<std::int64_t, 256>, kDTypeCount> fp8_ordinal{};
+  std::array<std::array<bool, 256>, kDTypeCount> fp8_nan{};
   std::array<float, 65536> fp16{};
   Tables() {
     for (DType d :
          {DType::F8_E5M2, DType::F8_E4M3, DType::F8_E8M0, DType::F8_E4M3FNUZ, DType::F8_E5M2FNUZ}) {
+      const int k = static_cast<int>(d);
       for (int b = 0; b < 256; ++b) {
-        fp8[static_cast<int>(d)][b] = format_decode(format_of(d), static_cast<std::uint64_t>(b));
+        const auto bits = static_cast<std::uint64_t>(b);
+        fp8[k][b] = format_decode(format_of(d), bits);
+        fp8_ordinal[k][b] = ulp_ordinal(d, bits);
+        fp8_nan[k][b] = is_nan_bits(d, bits);
       }
     }
     for (int b = 0; b < 65536; ++b) {
@@ -369,13 +375,17 @@ void ordinal_block(DType dtype, const std::byte* src, std::size_t n, std::int64_
       return ordinals_sign_magnitude<std::uint16_t>(src, n, 0x8000, 0x7F80, 0x7F, ord, nan);
     case DType::F16:
       return ordinals_sign_magnitude<std::uint16_t>(src, n, 0x8000, 0x7C00, 0x3FF, ord, nan);
-    default:  // 8-bit formats with their own NaN and sign rules
+    default: {  // 8-bit formats with their own NaN and sign rules, tabulated
+      const int k = static_cast<int>(dtype);
+      const auto& ordinals = tables().fp8_ordinal[k];
+      const auto& nans = tables().fp8_nan[k];
       for (std::size_t i = 0; i < n; ++i) {
-        const std::uint64_t b = static_cast<std::uint8_t>(src[i]);
-        nan[i] = is_nan_bits(dtype, b);
-        ord[i] = ulp_ordinal(dtype, b);
+        const auto b = static_cast<std::uint8_t>(src[i]);
+        nan[i] = nans[b];
+        ord[i] = ordinals[b];
       }
       return;
+    }
   }
 }
 

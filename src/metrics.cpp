@@ -13,8 +13,6 @@
 
 namespace numalign {
 
-int ulp_bin(std::uint64_t d) { return d == 0 ? 0 : 1 + static_cast<int>(std::bit_width(d - 1)); }
-
 std::string ulp_bin_label(int bin) {
   if (bin == kUlpInfBin) return "inf";
   if (bin <= 2) return std::to_string(bin);
@@ -59,23 +57,33 @@ using detail::Partial;
 
 constexpr std::uint64_t kChunk = 1u << 20;  // elements per parallel task
 
+}  // namespace
+
+namespace detail {
+
 float round_float_to(DType d, float x) {
-  if (d == DType::BF16) {  // round-to-nearest-even on the top 16 bits
-    if (std::isnan(x)) return x;
+  if (std::isnan(x)) return x;
+  if (d == DType::BF16 || d == DType::F16) {
+    if (d == DType::F16) {
+      const float a = std::fabs(x);
+      // 65520 is halfway past the largest half (65504): ties to even round it to inf.
+      if (a >= 65520.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
+      // Subnormal halves are multiples of 2^-24; scaling by 2^24 is exact.
+      if (a < 0x1p-14f) return std::nearbyint(x * 0x1p24f) * 0x1p-24f;
+    }
+    // Normal range: round to nearest even on the low bits a float has beyond the type's
+    // (16 for bf16, 13 for f16); a carry into the exponent is the correct rounding up.
+    const int drop = d == DType::BF16 ? 16 : 13;
     std::uint32_t u;
     std::memcpy(&u, &x, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    u &= 0xFFFF0000u;
+    u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1u);
+    u &= ~((1u << drop) - 1);
     float r;
     std::memcpy(&r, &u, 4);
     return r;
   }
   return static_cast<float>(round_to(d, x));
 }
-
-}  // namespace
-
-namespace detail {
 
 // torch.isclose(self, other, atol, rtol) for one element: |self - other| <= atol +
 // rtol * |other|, computed as ATen does it: in the tensors' dtype, the half types in float
@@ -111,6 +119,39 @@ bool torch_isclose(DType d, double self, double other, double atol, double rtol,
   }
 }
 
+// The emulation of torch_isclose moves `allowed` and |t - r| off their double values by
+// its roundings: bf16/f16/f32 arithmetic rounds each operation to u = 2^-8, 2^-11, 2^-24
+// relative (a few operations: under 4u in all), or to half a subnormal spacing absolute.
+// A band of 8u relative and 4 subnormal spacings absolute contains every case it can flip.
+// That holds while float(tol) is a normal float and nothing overflows (2^-100 <= tol <=
+// 0.2) and the band stays above zero; outside, the factor-2 band of torch_isclose's own
+// shortcut is used. The other dtypes compare in double exactly as the SIMD kernel does,
+// so their band is one ULP wide.
+CloseBand close_band(DType d, double tol) {
+  const CloseBand shortcut{0.5, 0.0, 2.0, 1e-300};
+  double u = 0, spacing = 0;
+  switch (d) {
+    case DType::BF16:
+      u = 0x1p-8;
+      spacing = 0x1p-133;
+      break;
+    case DType::F16:
+      u = 0x1p-11;
+      spacing = 0x1p-24;
+      break;
+    case DType::F32:
+      u = 0x1p-24;
+      spacing = 0x1p-149;
+      break;
+    default:  // |t - r| <= allowed in double: close up to allowed, not close past the next
+      // (The offset is the least normal double: a subnormal operand slows the FMA 50x.)
+      return {1.0, 0.0, 1.0 + 0x1p-52, 0x1p-1022};
+  }
+  const double relative = 8 * u, absolute = 4 * spacing;
+  if (!(tol >= 0x1p-100 && tol <= 0.2 && tol * (1 - relative) > absolute)) return shortcut;
+  return {1 - relative, -absolute, 1 + relative, absolute};
+}
+
 }  // namespace detail
 
 namespace {
@@ -137,12 +178,15 @@ void Partial::merge(const Partial& o) {
   sq_test.merge(o.sq_test);
   test_dot_truth.merge(o.test_dot_truth);
   err_sum.merge(o.err_sum);
-  // Strict comparisons keep the earliest index on ties: chunks merge in order.
-  if (o.max_abs_truth > max_abs_truth) {
+  // On ties the smaller index wins: the first occurrence, whatever the merge order.
+  const auto later_wins = [](auto value, auto current, std::uint64_t index, std::uint64_t at) {
+    return value > current || (value == current && index < at);
+  };
+  if (later_wins(o.max_abs_truth, max_abs_truth, o.max_abs_truth_index, max_abs_truth_index)) {
     max_abs_truth = o.max_abs_truth;
     max_abs_truth_index = o.max_abs_truth_index;
   }
-  if (o.max_abs_ref > max_abs_ref) {
+  if (later_wins(o.max_abs_ref, max_abs_ref, o.max_abs_ref_index, max_abs_ref_index)) {
     max_abs_ref = o.max_abs_ref;
     max_abs_ref_index = o.max_abs_ref_index;
   }
@@ -155,7 +199,7 @@ void Partial::merge(const Partial& o) {
   not_close += o.not_close;
   bits_differ += o.bits_differ;
   values_differ += o.values_differ;
-  if (o.ulp.max > ulp.max) {
+  if (later_wins(o.ulp.max, ulp.max, o.ulp.max_index, ulp.max_index)) {
     ulp.max = o.ulp.max;
     ulp.max_index = o.ulp.max_index;
   }

@@ -1,9 +1,10 @@
 // metrics_simd.cpp: the fused pass on SIMD vectors of float64 lanes, compiled once per
 // instruction set by Highway (foreach_target) and dispatched at run time to the best one
-// this CPU supports. Per block of kBlock elements: decode test and ref to doubles and their
-// ULP distances (one dtype switch per block), fold test-vs-ref metrics, then truth metrics;
-// lane accumulators keep counts and maxima with their first index. Rare lanes (NaN, Inf,
-// allclose verdicts close to the boundary) are finished by the scalar code they must match.
+// this CPU supports. One loop per block of kBlock elements decodes test and ref in
+// registers (a codec per dtype, chosen once per chunk), takes their ULP distance and folds
+// every test-vs-ref and truth metric. The loop assumes finite inputs, so it needs no NaN
+// or Inf handling: a block whose sums come out non-finite is redone by the scalar
+// reference path, as are allclose verdicts too close to the boundary to decide here.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "metrics_simd.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -11,7 +12,6 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -28,72 +28,13 @@ using DI = hn::RebindToSigned<D>;
 using VD = hn::Vec<D>;
 using VU = hn::Vec<DU>;
 
-// The ULP distance of a lane whose NaN has no counterpart: above every real distance.
-constexpr std::uint64_t kInfDistance = ~std::uint64_t{0};
+// One vector of test and ref: values as doubles, and their ULP distance (finite lanes).
+struct Lanes {
+  VD test, ref;
+  VU distance;
+};
 
-// Decodes n elements (a multiple of the lane count) to doubles. F64 needs no copy.
-const double* DecodeDoubles(DType dt, const std::byte* src, std::size_t n, double* out) {
-  const D d;
-  const std::size_t N = hn::Lanes(d);
-  switch (dt) {
-    case DType::F64:
-      return reinterpret_cast<const double*>(src);
-    case DType::F32: {
-      const hn::Rebind<float, D> df;
-      const auto* p = reinterpret_cast<const float*>(src);
-      for (std::size_t i = 0; i < n; i += N)
-        hn::Store(hn::PromoteTo(d, hn::LoadU(df, p + i)), d, out + i);
-      return out;
-    }
-    case DType::BF16: {  // bf16 is the top half of a float32
-      const hn::Rebind<std::uint16_t, D> d16;
-      const hn::Rebind<std::uint32_t, D> d32;
-      const hn::Rebind<float, D> df;
-      const auto* p = reinterpret_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; i += N) {
-        const auto bits = hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, p + i)));
-        hn::Store(hn::PromoteTo(d, hn::BitCast(df, bits)), d, out + i);
-      }
-      return out;
-    }
-    case DType::F16: {
-      // Below AVX2 Highway emulates the conversion and maps Inf/NaN to finite values (the
-      // every-pattern test caught it): there, and off x86, the exact table decode is used.
-#if HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)
-      const hn::Rebind<hwy::float16_t, D> dh;
-      const hn::Rebind<float, D> df;
-      const auto* p = reinterpret_cast<const hwy::float16_t*>(src);
-      for (std::size_t i = 0; i < n; i += N) {
-        hn::Store(hn::PromoteTo(d, hn::PromoteTo(df, hn::LoadU(dh, p + i))), d, out + i);
-      }
-#else
-      decode_block(dt, src, n, out);
-#endif
-      return out;
-    }
-    default:  // fp8 (table lookups) and integers
-      decode_block(dt, src, n, out);
-      return out;
-  }
-}
-
-// |ordinal(a) - ordinal(b)| of sign-magnitude patterns held in 32-bit lanes (16-bit types).
-template <class V32>
-VU Distance16(V32 a, V32 b, std::uint32_t sign) {
-  const hn::Rebind<std::int32_t, D> di32;
-  const auto vsign = hn::Set(di32, static_cast<std::int32_t>(sign));
-  const auto mag_mask = hn::Set(di32, static_cast<std::int32_t>(sign - 1));
-  const auto ia = hn::BitCast(di32, a), ib = hn::BitCast(di32, b);
-  const auto ma = hn::And(ia, mag_mask), mb = hn::And(ib, mag_mask);
-  const auto oa =
-      hn::IfThenElse(hn::Eq(hn::And(ia, vsign), vsign), hn::Sub(hn::Zero(di32), ma), ma);
-  const auto ob =
-      hn::IfThenElse(hn::Eq(hn::And(ib, vsign), vsign), hn::Sub(hn::Zero(di32), mb), mb);
-  const hn::Rebind<std::uint32_t, D> du32;
-  return hn::PromoteTo(DU(), hn::BitCast(du32, hn::Abs(hn::Sub(oa, ob))));
-}
-
-// Sign-magnitude ordinals of 64-bit lanes, and their distance with wrap-around (exact).
+// Sign-magnitude ordinals of 64-bit patterns and their distance, exact with wrap-around.
 VU Distance64(VU a, VU b) {
   const DI di;
   const DU du;
@@ -107,56 +48,127 @@ VU Distance64(VU a, VU b) {
   return hn::Sub(hn::BitCast(du, hn::Max(oa, ob)), hn::BitCast(du, hn::Min(oa, ob)));
 }
 
-// ULP distances of n floating elements (NaN lanes give meaningless values; callers mask).
-void UlpDistances(DType dt, const std::byte* a, const std::byte* b, std::size_t n,
-                  std::uint64_t* out) {
-  const DU du;
-  const std::size_t N = hn::Lanes(du);
-  switch (dt) {
-    case DType::BF16:
-    case DType::F16: {
-      const hn::Rebind<std::uint16_t, D> d16;
-      const hn::Rebind<std::uint32_t, D> d32;
-      const auto* pa = reinterpret_cast<const std::uint16_t*>(a);
-      const auto* pb = reinterpret_cast<const std::uint16_t*>(b);
-      for (std::size_t i = 0; i < n; i += N) {
-        const auto va = hn::PromoteTo(d32, hn::LoadU(d16, pa + i));
-        const auto vb = hn::PromoteTo(d32, hn::LoadU(d16, pb + i));
-        hn::Store(Distance16(va, vb, 0x8000u), du, out + i);
-      }
-      return;
-    }
-    case DType::F32: {
-      const hn::Rebind<std::uint32_t, D> d32;
-      const auto* pa = reinterpret_cast<const std::uint32_t*>(a);
-      const auto* pb = reinterpret_cast<const std::uint32_t*>(b);
-      for (std::size_t i = 0; i < n; i += N) {
-        // Moved into the top half of 64-bit lanes, a float32's sign-magnitude order is a
-        // float64's: the distance scales by 2^32 exactly.
-        const auto va = hn::ShiftLeft<32>(hn::PromoteTo(du, hn::LoadU(d32, pa + i)));
-        const auto vb = hn::ShiftLeft<32>(hn::PromoteTo(du, hn::LoadU(d32, pb + i)));
-        hn::Store(hn::ShiftRight<32>(Distance64(va, vb)), du, out + i);
-      }
-      return;
-    }
-    case DType::F64: {
-      const auto* pa = reinterpret_cast<const std::uint64_t*>(a);
-      const auto* pb = reinterpret_cast<const std::uint64_t*>(b);
-      for (std::size_t i = 0; i < n; i += N) {
-        hn::Store(Distance64(hn::LoadU(du, pa + i), hn::LoadU(du, pb + i)), du, out + i);
-      }
-      return;
-    }
-    default: {  // the 8-bit formats: their ordinals from the scalar definition
-      std::int64_t oa[kBlock], ob[kBlock];
-      bool nan_a[kBlock], nan_b[kBlock];
-      ordinal_block(dt, a, n, oa, nan_a);
-      ordinal_block(dt, b, n, ob, nan_b);
-      for (std::size_t i = 0; i < n; ++i) out[i] = ordinal_distance(oa[i], ob[i]);
-      return;
+// bf16 and f16, their patterns sign-extended into 32-bit lanes.
+template <DType kType>
+class HalfCodec {
+ public:
+  static constexpr bool kFloating = true;
+  explicit HalfCodec(DType) {}
+  void Start(const std::byte* t, const std::byte* r, std::size_t) {
+    t_ = reinterpret_cast<const std::int16_t*>(t);
+    r_ = reinterpret_cast<const std::int16_t*>(r);
+  }
+  Lanes Load(std::size_t i) const {
+    const auto a = hn::PromoteTo(d32_, hn::LoadU(d16_, t_ + i));
+    const auto b = hn::PromoteTo(d32_, hn::LoadU(d16_, r_ + i));
+    const auto distance = hn::Abs(hn::Sub(Ordinal(a), Ordinal(b)));  // < 2^16: no overflow
+    return {Value(a, t_ + i), Value(b, r_ + i),
+            hn::PromoteTo(DU(), hn::BitCast(hn::RebindToUnsigned<decltype(d32_)>(), distance))};
+  }
+
+ private:
+  using D32 = hn::Rebind<std::int32_t, D>;
+  // sign ? -magnitude : magnitude, with s = 0 or -1 from the sign-extended top bit.
+  static hn::Vec<D32> Ordinal(hn::Vec<D32> bits) {
+    const auto s = hn::ShiftRight<31>(bits);
+    return hn::Sub(hn::Xor(hn::And(bits, hn::Set(D32(), 0x7FFF)), s), s);
+  }
+  static VD Value(hn::Vec<D32> bits, const std::int16_t* p) {
+    const D d;
+    const hn::Rebind<float, D> df;
+    if constexpr (kType == DType::BF16) {  // bf16 is the top half of a float32
+      (void)p;
+      return hn::PromoteTo(d, hn::BitCast(df, hn::ShiftLeft<16>(bits)));
+    } else {
+      (void)bits;
+      const hn::Rebind<hwy::float16_t, D> dh;
+      return hn::PromoteTo(
+          d, hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p))));
     }
   }
-}
+  D32 d32_;
+  hn::Rebind<std::int16_t, D> d16_;
+  const std::int16_t* t_ = nullptr;
+  const std::int16_t* r_ = nullptr;
+};
+
+class F32Codec {
+ public:
+  static constexpr bool kFloating = true;
+  explicit F32Codec(DType) {}
+  void Start(const std::byte* t, const std::byte* r, std::size_t) {
+    t_ = reinterpret_cast<const std::uint32_t*>(t);
+    r_ = reinterpret_cast<const std::uint32_t*>(r);
+  }
+  Lanes Load(std::size_t i) const {
+    const D d;
+    const DU du;
+    const auto a = hn::LoadU(d32_, t_ + i), b = hn::LoadU(d32_, r_ + i);
+    // Moved into the top half of 64-bit lanes, a float32's sign-magnitude order is a
+    // float64's: the distance scales by 2^32 exactly.
+    const VU wide_a = hn::ShiftLeft<32>(hn::PromoteTo(du, a));
+    const VU wide_b = hn::ShiftLeft<32>(hn::PromoteTo(du, b));
+    return {hn::PromoteTo(d, hn::BitCast(df_, a)), hn::PromoteTo(d, hn::BitCast(df_, b)),
+            hn::ShiftRight<32>(Distance64(wide_a, wide_b))};
+  }
+
+ private:
+  hn::Rebind<std::uint32_t, D> d32_;
+  hn::Rebind<float, D> df_;
+  const std::uint32_t* t_ = nullptr;
+  const std::uint32_t* r_ = nullptr;
+};
+
+class F64Codec {
+ public:
+  static constexpr bool kFloating = true;
+  explicit F64Codec(DType) {}
+  void Start(const std::byte* t, const std::byte* r, std::size_t) {
+    t_ = reinterpret_cast<const std::uint64_t*>(t);
+    r_ = reinterpret_cast<const std::uint64_t*>(r);
+  }
+  Lanes Load(std::size_t i) const {
+    const D d;
+    const DU du;
+    const VU a = hn::LoadU(du, t_ + i), b = hn::LoadU(du, r_ + i);
+    return {hn::BitCast(d, a), hn::BitCast(d, b), Distance64(a, b)};
+  }
+
+ private:
+  const std::uint64_t* t_ = nullptr;
+  const std::uint64_t* r_ = nullptr;
+};
+
+// Every other dtype (fp8, integers, f16 without hardware conversion): the scalar block
+// decoders fill buffers once per block, and the vectors are read from them.
+template <bool kIsFloating>
+class BufferedCodec {
+ public:
+  static constexpr bool kFloating = kIsFloating;
+  explicit BufferedCodec(DType dtype) : dtype_(dtype) {}
+  void Start(const std::byte* t, const std::byte* r, std::size_t n) {
+    decode_block(dtype_, t, n, test_);
+    decode_block(dtype_, r, n, ref_);
+    if constexpr (kIsFloating) {
+      std::int64_t ot[kBlock], orf[kBlock];
+      bool nan_t[kBlock], nan_r[kBlock];  // NaN blocks are redone by the scalar path
+      ordinal_block(dtype_, t, n, ot, nan_t);
+      ordinal_block(dtype_, r, n, orf, nan_r);
+      for (std::size_t i = 0; i < n; ++i) distance_[i] = ordinal_distance(ot[i], orf[i]);
+    }
+  }
+  Lanes Load(std::size_t i) const {
+    const D d;
+    return {hn::Load(d, test_ + i), hn::Load(d, ref_ + i),
+            kIsFloating ? hn::Load(DU(), distance_ + i) : hn::Zero(DU())};
+  }
+
+ private:
+  DType dtype_;
+  HWY_ALIGN double test_[kBlock];
+  HWY_ALIGN double ref_[kBlock];
+  HWY_ALIGN std::uint64_t distance_[kIsFloating ? kBlock : 1];
+};
 
 // Elements whose bit patterns differ, for element sizes 1, 2, 4 and 8.
 template <class T>
@@ -187,198 +199,309 @@ std::uint64_t CountBitsDiffer(std::size_t element_size, const std::byte* a, cons
   }
 }
 
-// Histogram of ULP distances. Four interleaved copies keep consecutive increments of the
-// same bin (the common case) from waiting on each other's stores.
-void AddToHistogram(const std::uint64_t* dist, std::size_t n, UlpStats& ulp) {
-  std::uint32_t h[4][kUlpBins] = {};
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t x = dist[i];
-    const int bin = x == kInfDistance ? kUlpInfBin : ulp_bin(x);
-    ++h[i & 3][bin];
+std::uint64_t SumLanes(VU v) { return hn::GetLane(hn::SumOfLanes(DU(), v)); }
+double SumLanes(VD v) { return hn::GetLane(hn::SumOfLanes(D(), v)); }
+
+// Adds one to the counter lanes where mask is set.
+template <class M>
+HWY_INLINE VU CountIn(VU counter, M mask) {
+  const DU du;
+#if HWY_TARGET <= HWY_AVX3
+  // One masked add, where the portable form takes a mask-to-vector move and a subtract.
+  return VU{_mm512_mask_sub_epi64(counter.raw, hn::RebindMask(du, mask).raw, counter.raw,
+                                  hn::Set(du, ~std::uint64_t{0}).raw)};
+#else
+  return hn::Sub(counter, hn::VecFromMask(du, hn::RebindMask(du, mask)));
+#endif
+}
+
+// Histogram of n ULP distances whose largest is `largest`. Bin k >= 1 holds (2^(k-2),
+// 2^(k-1)]. A block's distances usually span a few bins:
+// - up to kMostCompares bins: each bin below the top is a count of distances at or below
+//   its upper end, one compare per vector and bin;
+// - otherwise, below 2^52: each distance's bin from the exponent of (d - 1) as a double
+//   (exact there), narrowed to bytes, then one byte compare per bin over whole vectors;
+// - otherwise element by element.
+void AddToHistogram(const std::uint64_t* dist, std::size_t n, std::uint64_t largest,
+                    UlpStats& ulp) {
+  constexpr int kMostCompares = 3;
+  const D d;
+  const DU du;
+  const std::size_t N = hn::Lanes(du);
+  const int top = ulp_bin(largest);
+  if (top <= kMostCompares) {
+    std::uint64_t below_previous = 0;
+    for (int k = 0; k < top; ++k) {
+      const auto limit = hn::Set(du, (k == 0 ? 0 : std::uint64_t{1} << (k - 1)) + 1);
+      VU count = hn::Zero(du);
+      for (std::size_t i = 0; i < n; i += N)
+        count = CountIn(count, hn::Lt(hn::Load(du, dist + i), limit));
+      const std::uint64_t below = SumLanes(count);
+      ulp.hist[k] += below - below_previous;
+      below_previous = below;
+    }
+    ulp.hist[top] += n - below_previous;
+    return;
   }
+  if (largest < (std::uint64_t{1} << 52)) {
+    const DI di;
+    const hn::Rebind<std::uint8_t, D> d8;
+    const hn::ScalableTag<std::uint8_t> bytes;
+    const std::size_t B = hn::Lanes(bytes);
+    HWY_ALIGN std::uint8_t bins[kBlock];
+    for (std::size_t i = 0; i < n; i += N) {
+      const VU v = hn::Load(du, dist + i);
+      // 1 + bit_width(d - 1) = biased exponent of (d - 1) - 1021 for d >= 2; 1 for d = 1.
+      const VD x = hn::ConvertTo(d, hn::BitCast(di, hn::Sub(v, hn::Set(du, 1))));
+      const auto exponent = hn::BitCast(di, hn::ShiftRight<52>(hn::BitCast(du, x)));
+      const auto bin = hn::Max(hn::Sub(exponent, hn::Set(di, 1021)), hn::Set(di, 1));
+      const VU b = hn::IfThenZeroElse(hn::Eq(v, hn::Zero(du)), hn::BitCast(du, bin));
+      hn::StoreU(hn::TruncateTo(d8, b), d8, bins + i);
+    }
+    std::size_t whole = n / B * B;
+    for (int k = 0; k <= top; ++k) {
+      const auto want = hn::Set(bytes, static_cast<std::uint8_t>(k));
+      std::uint64_t count = 0;
+      for (std::size_t i = 0; i < whole; i += B)
+        count += hn::CountTrue(bytes, hn::Eq(hn::Load(bytes, bins + i), want));
+      ulp.hist[k] += count;
+    }
+    for (std::size_t i = whole; i < n; ++i) ++ulp.hist[bins[i]];
+    return;
+  }
+  std::uint32_t h[4][kUlpBins] = {};
+  for (std::size_t i = 0; i < n; ++i) ++h[i & 3][ulp_bin(dist[i])];
   for (int b = 0; b < kUlpBins; ++b)
     ulp.hist[b] += std::uint64_t{h[0][b]} + h[1][b] + h[2][b] + h[3][b];
 }
 
-// A lane maximum with the index where it first occurred.
-struct LaneMax {
-  VD value;
-  VU index;
-  void update(DU du, VD v, VU idx) {
-    const auto better = hn::Gt(v, value);  // strict: the earlier index stays on ties
-    value = hn::IfThenElse(better, v, value);
-    index = hn::IfThenElse(hn::RebindMask(du, better), idx, index);
+// The first lane index in [0, n) where f(i) (a mask for the vector at i) holds; the
+// maximum it looks for is known to be there.
+template <class F>
+std::uint64_t FirstLaneWhere(std::size_t n, F f) {
+  const std::size_t N = hn::Lanes(D());
+  for (std::size_t i = 0; i < n; i += N) {
+    const auto m = f(i);
+    if (!hn::AllFalse(D(), m)) return i + static_cast<std::uint64_t>(hn::FindFirstTrue(D(), m));
   }
-};
-
-// Folds lane maxima into one (value, first index); lanes only ever hold values > `floor`
-// or `floor` itself, like the scalar path's running maximum.
-template <class T, class Index>
-void ReduceMax(const T* values, const Index* indices, std::size_t lanes, T& value,
-               std::uint64_t& index) {
-  for (std::size_t j = 0; j < lanes; ++j) {
-    if (values[j] > value || (values[j] == value && indices[j] < index)) {
-      value = values[j];
-      index = indices[j];
-    }
-  }
+  return 0;
 }
 
-std::uint64_t SumLanes(DU du, VU v) { return hn::GetLane(hn::SumOfLanes(du, v)); }
-
-// Subtracting an all-ones mask lane adds one to a counter lane.
-template <class M>
-VU CountIn(VU counter, M mask) {
-  return hn::Sub(counter, hn::VecFromMask(DU(), hn::RebindMask(DU(), mask)));
+// Lanes of one vector whose allclose verdict is too close to the boundary to decide
+// here: the exact emulation counts those that are not close.
+std::uint64_t NotCloseAmong(hn::Mask<D> lanes, VD test, VD ref, DType dt,
+                            const MetricOptions& opt) {
+  const D d;
+  const std::size_t N = hn::Lanes(d);
+  HWY_ALIGN double t[HWY_MAX_BYTES / sizeof(double)], r[HWY_MAX_BYTES / sizeof(double)];
+  std::uint8_t bits[(HWY_MAX_BYTES / sizeof(double) + 7) / 8];
+  hn::Store(test, d, t);
+  hn::Store(ref, d, r);
+  hn::StoreMaskBits(d, lanes, bits);
+  std::uint64_t not_close = 0;
+  for (std::size_t j = 0; j < N; ++j) {
+    if ((bits[j / 8] >> (j % 8)) & 1)
+      not_close += !torch_isclose(dt, r[j], t[j], opt.tol, opt.tol, opt.equal_nan);
+  }
+  return not_close;
 }
 
-Partial Accumulate(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
-                   std::uint64_t end) {
+// The fused pass over [begin, end) (a whole number of vectors) with one codec.
+template <class Codec, bool kTruth>
+Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const CloseBand& band,
+                       std::uint64_t begin, std::uint64_t end) {
   const D d;
   const DU du;
   const std::size_t N = hn::Lanes(d);
   static_assert(kBlock % (HWY_MAX_BYTES / sizeof(double)) == 0, "blocks hold whole vectors");
-  const std::uint64_t simd_end = begin + (end - begin) / N * N;
-
-  Partial p;
   const DType dt = in.test->dtype;
-  const bool floating = is_floating(dt);
   const std::size_t es = element_size(dt);
   const TensorView* truth = in.truth;
-  HWY_ALIGN double tbuf[kBlock], rbuf[kBlock], ubuf[kBlock];
+  Codec codec(dt);
+  HWY_ALIGN double truth_buffer[kBlock];
   HWY_ALIGN std::uint64_t dist[kBlock];
 
-  const auto tol = hn::Set(d, opt.tol), half = hn::Set(d, 0.5), two = hn::Set(d, 2.0);
-  const auto tiny = hn::Set(d, 1e-300);
-  const auto no_lanes = hn::FirstN(d, 0);
-  const auto lanes_step = hn::Set(du, N);
-  LaneMax max_ref{hn::Set(d, -1.0), hn::Zero(du)}, max_truth{hn::Set(d, -1.0), hn::Zero(du)};
-  VU max_ulp = hn::Zero(du), max_ulp_index = hn::Zero(du);
-  VU far = hn::Zero(du), values_differ = hn::Zero(du), inf_distance = hn::Zero(du);
-  VU t_differs = hn::Zero(du), t_over = hn::Zero(du), t_under = hn::Zero(du);
-  VU r_differs = hn::Zero(du), r_over = hn::Zero(du), r_under = hn::Zero(du);
-  std::uint64_t undecided_not_close = 0;
+  const VD tol = hn::Set(d, opt.tol);
+  const VD lo_k = hn::Set(d, band.lo_scale), lo_c = hn::Set(d, band.lo_offset);
+  const VD hi_k = hn::Set(d, band.hi_scale), hi_c = hn::Set(d, band.hi_offset);
+  const VU zero = hn::Zero(du);
 
-  for (std::uint64_t base = begin; base < simd_end; base += kBlock) {
-    const std::size_t n =
-        static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, simd_end - base));
+  Partial p, redone;  // redone: the blocks the scalar path took over, merged in order
+  std::uint64_t fast_n = 0, undecided_not_close = 0;
+  VU far = zero, values_differ = zero, t_equal = zero, r_equal = zero;
+  VU t_over = zero, t_under = zero, r_over = zero, r_under = zero;
+
+  for (std::uint64_t base = begin; base < end; base += kBlock) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, end - base));
     const std::byte* tp = in.test->data + base * es;
     const std::byte* rp = in.ref->data + base * es;
-    const double* t = DecodeDoubles(dt, tp, n, tbuf);
-    const double* r = DecodeDoubles(dt, rp, n, rbuf);
-    p.bits_differ += CountBitsDiffer(es, tp, rp, n);
-    if (floating) UlpDistances(dt, tp, rp, n, dist);
-
-    // Test against ref: max |test - ref|, allclose(ref, test), ULP distances.
-    VU nonfinite = hn::Zero(du);
-    VU idx = hn::Iota(du, base);
-    for (std::size_t i = 0; i < n; i += N, idx = hn::Add(idx, lanes_step)) {
-      const VD vt = hn::LoadU(d, t + i), vr = hn::LoadU(d, r + i);
-      const VD diff = hn::Abs(hn::Sub(vt, vr));
-      max_ref.update(du, diff, idx);
-      const auto nan_t = hn::IsNaN(vt), nan_r = hn::IsNaN(vr);
-      const auto any_nan = hn::Or(nan_t, nan_r);
-      const auto nan_equal = opt.equal_nan ? hn::And(nan_t, nan_r) : no_lanes;
-      nonfinite = CountIn(nonfinite, hn::Not(hn::And(hn::IsFinite(vt), hn::IsFinite(vr))));
-      // Decided here as torch_isclose decides far from the boundary; the rest goes to it.
-      const VD allowed = hn::Add(tol, hn::Mul(tol, hn::Abs(vt)));
-      const auto close = hn::Or(hn::Or(hn::Eq(vt, vr), nan_equal),
-                                hn::And(hn::IsFinite(diff), hn::Le(diff, hn::Mul(half, allowed))));
-      const auto not_close =
-          hn::AndNot(close, hn::Or(any_nan, hn::Ge(diff, hn::Add(hn::Mul(two, allowed), tiny))));
-      far = CountIn(far, not_close);
-      const auto undecided = hn::Not(hn::Or(close, not_close));
-      if (HWY_UNLIKELY(!hn::AllFalse(d, undecided))) {
-        std::uint8_t lanes[(HWY_MAX_BYTES / sizeof(double) + 7) / 8];
-        hn::StoreMaskBits(d, undecided, lanes);
-        for (std::size_t j = 0; j < N; ++j) {
-          if ((lanes[j / 8] >> (j % 8)) & 1) {
-            undecided_not_close +=
-                !torch_isclose(dt, r[i + j], t[i + j], opt.tol, opt.tol, opt.equal_nan);
-          }
-        }
+    codec.Start(tp, rp, n);
+    const double* u = nullptr;
+    if constexpr (kTruth) {
+      const std::byte* up = truth->data + base * element_size(truth->dtype);
+      if (truth->dtype == DType::F64) {
+        u = reinterpret_cast<const double*>(up);
+      } else {
+        decode_block(truth->dtype, up, n, truth_buffer);
+        u = truth_buffer;
       }
-      if (!floating) {
-        values_differ = CountIn(values_differ, hn::Ne(vt, vr));
-        continue;
-      }
-      const auto inf_lane = hn::RebindMask(du, hn::AndNot(nan_equal, any_nan));
-      const VU dv = hn::IfThenZeroElse(hn::RebindMask(du, any_nan), hn::Load(du, dist + i));
-      values_differ = CountIn(values_differ, hn::Or(hn::Ne(dv, hn::Zero(du)), inf_lane));
-      inf_distance = CountIn(inf_distance, inf_lane);
-      const auto better = hn::Gt(dv, max_ulp);
-      max_ulp = hn::IfThenElse(better, dv, max_ulp);
-      max_ulp_index = hn::IfThenElse(better, idx, max_ulp_index);
-      hn::Store(hn::IfThenElse(inf_lane, hn::Set(du, kInfDistance), dv), du, dist + i);
     }
-    if (floating) AddToHistogram(dist, n, p.ulp);
-    if (HWY_UNLIKELY(SumLanes(du, nonfinite) != 0)) {
-      count_nonfinite(t, n, p.nf_test);
-      count_nonfinite(r, n, p.nf_ref);
-    }
-    if (truth == nullptr) continue;
-
-    // Test and ref against truth: the float64 sums, max |test - truth|, error balance.
-    const double* u =
-        DecodeDoubles(truth->dtype, truth->data + base * element_size(truth->dtype), n, ubuf);
+    VU b_far = zero, b_values_differ = zero, b_t_equal = zero, b_r_equal = zero;
+    VU b_t_over = zero, b_t_under = zero, b_r_over = zero, b_r_under = zero, b_largest = zero;
+    VD max_ref = hn::Zero(d), max_truth = hn::Zero(d);
     VD sq_err_test = hn::Zero(d), sq_err_ref = hn::Zero(d), sq_truth = hn::Zero(d);
     VD sq_test = hn::Zero(d), test_dot_truth = hn::Zero(d), err_sum = hn::Zero(d);
-    VU truth_nonfinite = hn::Zero(du);
-    idx = hn::Iota(du, base);
-    for (std::size_t i = 0; i < n; i += N, idx = hn::Add(idx, lanes_step)) {
-      const VD vt = hn::LoadU(d, t + i), vr = hn::LoadU(d, r + i), vu = hn::LoadU(d, u + i);
-      const VD e = hn::Sub(vt, vu), er = hn::Sub(vr, vu);
-      sq_err_test = hn::MulAdd(e, e, sq_err_test);
-      sq_err_ref = hn::MulAdd(er, er, sq_err_ref);
-      sq_truth = hn::MulAdd(vu, vu, sq_truth);
-      sq_test = hn::MulAdd(vt, vt, sq_test);
-      test_dot_truth = hn::MulAdd(vt, vu, test_dot_truth);
-      err_sum = hn::Add(err_sum, e);
-      max_truth.update(du, hn::Abs(e), idx);
-      const auto nan_u = hn::IsNaN(vu);
-      const VD au = hn::Abs(vu), at = hn::Abs(vt), ar = hn::Abs(vr);
-      t_differs =
-          CountIn(t_differs, hn::Not(hn::Or(hn::Eq(vt, vu), hn::And(hn::IsNaN(vt), nan_u))));
-      r_differs =
-          CountIn(r_differs, hn::Not(hn::Or(hn::Eq(vr, vu), hn::And(hn::IsNaN(vr), nan_u))));
-      t_over = CountIn(t_over, hn::Gt(at, au));
-      t_under = CountIn(t_under, hn::Lt(at, au));
-      r_over = CountIn(r_over, hn::Gt(ar, au));
-      r_under = CountIn(r_under, hn::Lt(ar, au));
-      truth_nonfinite = CountIn(truth_nonfinite, hn::Not(hn::IsFinite(vu)));
+    VD probe = hn::Zero(d);  // sum of |t - r|: non-finite iff some input lane is (or huge)
+    std::uint64_t b_undecided_not_close = 0;
+    for (std::size_t i = 0; i < n; i += N) {
+      const Lanes v = codec.Load(i);
+      const VD diff = hn::Abs(hn::Sub(v.test, v.ref));
+      max_ref = hn::Max(max_ref, diff);
+      const VD at = hn::Abs(v.test);
+      const VD allowed = hn::Add(tol, hn::Mul(tol, at));  // as the emulation rounds it
+      const VD hi = hn::MulAdd(allowed, hi_k, hi_c);
+      b_far = CountIn(b_far, hn::Ge(diff, hi));
+      const auto undecided =
+          hn::And(hn::Gt(diff, hn::MulAdd(allowed, lo_k, lo_c)), hn::Lt(diff, hi));
+      if (HWY_UNLIKELY(!hn::AllFalse(d, undecided)))
+        b_undecided_not_close += NotCloseAmong(undecided, v.test, v.ref, dt, opt);
+      if constexpr (Codec::kFloating) {
+        b_values_differ = CountIn(b_values_differ, hn::Ne(v.distance, zero));
+        b_largest = hn::Max(b_largest, v.distance);
+        hn::Store(v.distance, du, dist + i);
+      } else {
+        b_values_differ = CountIn(b_values_differ, hn::Ne(v.test, v.ref));
+      }
+      if constexpr (kTruth) {
+        const VD vu = hn::LoadU(d, u + i);
+        const VD e = hn::Sub(v.test, vu), er = hn::Sub(v.ref, vu);
+        sq_err_test = hn::MulAdd(e, e, sq_err_test);
+        sq_err_ref = hn::MulAdd(er, er, sq_err_ref);
+        sq_truth = hn::MulAdd(vu, vu, sq_truth);
+        sq_test = hn::MulAdd(v.test, v.test, sq_test);
+        test_dot_truth = hn::MulAdd(v.test, vu, test_dot_truth);
+        err_sum = hn::Add(err_sum, e);
+        max_truth = hn::Max(max_truth, hn::Abs(e));
+        const VD au = hn::Abs(vu), ar = hn::Abs(v.ref);
+        b_t_equal = CountIn(b_t_equal, hn::Eq(v.test, vu));
+        b_r_equal = CountIn(b_r_equal, hn::Eq(v.ref, vu));
+        b_t_over = CountIn(b_t_over, hn::Gt(at, au));
+        b_t_under = CountIn(b_t_under, hn::Lt(at, au));
+        b_r_over = CountIn(b_r_over, hn::Gt(ar, au));
+        b_r_under = CountIn(b_r_under, hn::Lt(ar, au));
+      } else {
+        probe = hn::Add(probe, diff);
+      }
     }
-    p.sq_err_test.add(hn::GetLane(hn::SumOfLanes(d, sq_err_test)));
-    p.sq_err_ref.add(hn::GetLane(hn::SumOfLanes(d, sq_err_ref)));
-    p.sq_truth.add(hn::GetLane(hn::SumOfLanes(d, sq_truth)));
-    p.sq_test.add(hn::GetLane(hn::SumOfLanes(d, sq_test)));
-    p.test_dot_truth.add(hn::GetLane(hn::SumOfLanes(d, test_dot_truth)));
-    p.err_sum.add(hn::GetLane(hn::SumOfLanes(d, err_sum)));
-    if (HWY_UNLIKELY(SumLanes(du, truth_nonfinite) != 0)) count_nonfinite(u, n, p.nf_truth);
+    // Every input lane finite? A NaN or Inf in test or ref reaches e or er (or |t - r|),
+    // one in truth reaches both. Otherwise the scalar path redoes the block.
+    const double s_err_test = SumLanes(sq_err_test), s_err_ref = SumLanes(sq_err_ref);
+    const bool finite = kTruth ? std::isfinite(s_err_test) && std::isfinite(s_err_ref)
+                               : std::isfinite(SumLanes(probe));
+    if (HWY_UNLIKELY(!finite)) {
+      redone.merge(accumulate_scalar(in, opt, base, base + n));
+      continue;
+    }
+    fast_n += n;
+    undecided_not_close += b_undecided_not_close;
+    far = hn::Add(far, b_far);
+    values_differ = hn::Add(values_differ, b_values_differ);
+    p.bits_differ += CountBitsDiffer(es, tp, rp, n);
+    // A larger maximum than all before: find where it first occurs in this block.
+    const double block_max_ref = hn::GetLane(hn::MaxOfLanes(d, max_ref));
+    if (block_max_ref > p.max_abs_ref) {
+      const VD m = hn::Set(d, block_max_ref);
+      p.max_abs_ref = block_max_ref;
+      p.max_abs_ref_index = base + FirstLaneWhere(n, [&](std::size_t i) {
+                              const Lanes v = codec.Load(i);
+                              return hn::Eq(hn::Abs(hn::Sub(v.test, v.ref)), m);
+                            });
+    }
+    if constexpr (Codec::kFloating) {
+      const std::uint64_t largest = hn::GetLane(hn::MaxOfLanes(du, b_largest));
+      AddToHistogram(dist, n, largest, p.ulp);
+      if (largest > p.ulp.max) {
+        const VU m = hn::Set(du, largest);
+        p.ulp.max = largest;
+        p.ulp.max_index = base + FirstLaneWhere(n, [&](std::size_t i) {
+                            return hn::RebindMask(d, hn::Eq(hn::Load(du, dist + i), m));
+                          });
+      }
+    }
+    if constexpr (kTruth) {
+      p.sq_err_test.add(s_err_test);
+      p.sq_err_ref.add(s_err_ref);
+      p.sq_truth.add(SumLanes(sq_truth));
+      p.sq_test.add(SumLanes(sq_test));
+      p.test_dot_truth.add(SumLanes(test_dot_truth));
+      p.err_sum.add(SumLanes(err_sum));
+      t_equal = hn::Add(t_equal, b_t_equal);
+      r_equal = hn::Add(r_equal, b_r_equal);
+      t_over = hn::Add(t_over, b_t_over);
+      t_under = hn::Add(t_under, b_t_under);
+      r_over = hn::Add(r_over, b_r_over);
+      r_under = hn::Add(r_under, b_r_under);
+      const double block_max_truth = hn::GetLane(hn::MaxOfLanes(d, max_truth));
+      if (block_max_truth > p.max_abs_truth) {
+        const VD m = hn::Set(d, block_max_truth);
+        p.max_abs_truth = block_max_truth;
+        p.max_abs_truth_index =
+            base + FirstLaneWhere(n, [&](std::size_t i) {
+              return hn::Eq(hn::Abs(hn::Sub(codec.Load(i).test, hn::LoadU(d, u + i))), m);
+            });
+      }
+    }
   }
 
-  // Lane accumulators into the partial.
-  HWY_ALIGN double values[HWY_MAX_BYTES / sizeof(double)];
-  HWY_ALIGN std::uint64_t indices[HWY_MAX_BYTES / sizeof(double)];
-  hn::Store(max_ref.value, d, values);
-  hn::Store(max_ref.index, du, indices);
-  ReduceMax(values, indices, N, p.max_abs_ref, p.max_abs_ref_index);
-  hn::Store(max_truth.value, d, values);
-  hn::Store(max_truth.index, du, indices);
-  ReduceMax(values, indices, N, p.max_abs_truth, p.max_abs_truth_index);
-  HWY_ALIGN std::uint64_t ulp_values[HWY_MAX_BYTES / sizeof(double)];
-  hn::Store(max_ulp, du, ulp_values);
-  hn::Store(max_ulp_index, du, indices);
-  ReduceMax(ulp_values, indices, N, p.ulp.max, p.ulp.max_index);
-  p.not_close = SumLanes(du, far) + undecided_not_close;
-  p.values_differ = SumLanes(du, values_differ);
-  p.ulp.any_inf = SumLanes(du, inf_distance) != 0;
-  p.test_differs = SumLanes(du, t_differs);
-  p.test_over = SumLanes(du, t_over);
-  p.test_under = SumLanes(du, t_under);
-  p.ref_differs = SumLanes(du, r_differs);
-  p.ref_over = SumLanes(du, r_over);
-  p.ref_under = SumLanes(du, r_under);
-  p.n = simd_end - begin;
+  p.n = fast_n;
+  p.not_close = SumLanes(far) + undecided_not_close;
+  p.values_differ = SumLanes(values_differ);
+  if constexpr (kTruth) {
+    // Finite lanes: a value differs from the truth exactly when it is not equal to it.
+    p.test_differs = fast_n - SumLanes(t_equal);
+    p.ref_differs = fast_n - SumLanes(r_equal);
+    p.test_over = SumLanes(t_over);
+    p.test_under = SumLanes(t_under);
+    p.ref_over = SumLanes(r_over);
+    p.ref_under = SumLanes(r_under);
+  }
+  p.merge(redone);  // maxima on ties keep the smaller index, whatever the merge order
+  return p;
+}
+
+template <bool kTruth>
+Partial AccumulateDispatch(const MetricsInput& in, const MetricOptions& opt, const CloseBand& band,
+                           std::uint64_t begin, std::uint64_t end) {
+  switch (in.test->dtype) {
+    case DType::BF16:
+      return AccumulateWith<HalfCodec<DType::BF16>, kTruth>(in, opt, band, begin, end);
+    case DType::F16:
+      // Below AVX2 Highway emulates the conversion and maps Inf/NaN to finite values (the
+      // every-pattern test caught it): there, and off x86, the exact table decode is used.
+#if HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)
+      return AccumulateWith<HalfCodec<DType::F16>, kTruth>(in, opt, band, begin, end);
+#else
+      return AccumulateWith<BufferedCodec<true>, kTruth>(in, opt, band, begin, end);
+#endif
+    case DType::F32:
+      return AccumulateWith<F32Codec, kTruth>(in, opt, band, begin, end);
+    case DType::F64:
+      return AccumulateWith<F64Codec, kTruth>(in, opt, band, begin, end);
+    default:
+      return is_floating(in.test->dtype)
+                 ? AccumulateWith<BufferedCodec<true>, kTruth>(in, opt, band, begin, end)
+                 : AccumulateWith<BufferedCodec<false>, kTruth>(in, opt, band, begin, end);
+  }
+}
+
+Partial Accumulate(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
+                   std::uint64_t end) {
+  // The allclose bands above assume a non-negative tolerance; anything else is exotic.
+  if (!(opt.tol >= 0)) return accumulate_scalar(in, opt, begin, end);
+  const std::uint64_t simd_end = begin + (end - begin) / hn::Lanes(D()) * hn::Lanes(D());
+  const CloseBand band = close_band(in.test->dtype, opt.tol);
+  Partial p = in.truth ? AccumulateDispatch<true>(in, opt, band, begin, simd_end)
+                       : AccumulateDispatch<false>(in, opt, band, begin, simd_end);
   // The last elements short of a whole vector: the scalar path.
   if (simd_end < end) p.merge(accumulate_scalar(in, opt, simd_end, end));
   return p;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -16,7 +17,9 @@ namespace numalign {
 // NaN against a number (or NaN against NaN without equal_nan).
 inline constexpr int kUlpBins = 67;
 inline constexpr int kUlpInfBin = kUlpBins - 1;
-int ulp_bin(std::uint64_t distance);
+constexpr int ulp_bin(std::uint64_t distance) {
+  return distance == 0 ? 0 : 1 + static_cast<int>(std::bit_width(distance - 1));
+}
 std::string ulp_bin_label(int bin);
 
 struct NonFinite {

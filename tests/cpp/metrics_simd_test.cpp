@@ -48,13 +48,24 @@ struct Case {
 };
 
 // A float64 truth near the test values (NaN where the test is NaN, so it stays finite
-// elsewhere), with an occasional planted Inf/NaN of its own.
+// elsewhere), and now and then exactly the test value or its negation, so that equal and
+// equal-magnitude pairs reach the error-balance counts.
 Raw truth_for(const Raw& test, std::mt19937_64& rng) {
   Raw u(DType::F64, test.size());
   std::normal_distribution<double> noise;
   for (std::size_t i = 0; i < test.size(); ++i) {
     const double t = test.value(i);
-    u.set_value(i, std::isfinite(t) ? t * (1 + 1e-3 * noise(rng)) + 1e-6 * noise(rng) : t);
+    const double near = std::isfinite(t) ? t * (1 + 1e-3 * noise(rng)) + 1e-6 * noise(rng) : t;
+    switch (rng() % 8) {
+      case 0:
+        u.set_value(i, t);
+        break;
+      case 1:
+        u.set_value(i, -t);
+        break;
+      default:
+        u.set_value(i, near);
+    }
   }
   return u;
 }
@@ -103,9 +114,10 @@ Case mixed_case(DType dt, std::size_t n, double tol, unsigned seed, bool special
       case 1:  // a few ULP apart (bit patterns, so also across zero)
         r.set_bits(i, t.get_bits(i) + std::uniform_int_distribution<int>(-3, 3)(rng));
         break;
-      case 2: {  // on the boundary |ref - test| = tol + tol * |test|, rounded to the dtype
+      case 2: {  // near the boundary |ref - test| = tol + tol * |test|, by 2^-3 to 2^-40
         const double allowed = tol + tol * std::fabs(tv);
-        r.set_value(i, tv + (rng() & 1 ? 1 : -1) * allowed * (1 + 1e-3 * normal(rng)));
+        const double off = std::exp2(-std::uniform_real_distribution<double>(3, 40)(rng));
+        r.set_value(i, tv + (rng() & 1 ? 1 : -1) * allowed * (1 + (rng() & 1 ? off : -off)));
         break;
       }
       case 3:  // NaN or Inf on one side or both
@@ -125,8 +137,8 @@ Case mixed_case(DType dt, std::size_t n, double tol, unsigned seed, bool special
     }
   }
   Raw u = truth_for(t, rng);
-  return {std::string(name(dt)) + " mixed n=" + std::to_string(n), std::move(t), std::move(r),
-          std::move(u)};
+  return {std::string(name(dt)) + (specials ? " mixed" : " finite") + " n=" + std::to_string(n),
+          std::move(t), std::move(r), std::move(u)};
 }
 
 // The summation-order bound of metrics.hpp for one sum: each path is within
@@ -262,9 +274,12 @@ TEST(MetricsSimdTest, MixedValuesOfEveryDtypeAgreeWithScalar) {
   for (int k = 0; k < kDTypeCount; ++k) {
     const DType dt = static_cast<DType>(k);
     if (!is_judgeable(dt)) continue;
-    for (double tol : {1e-4, 1e-2}) {
-      for (std::size_t n : {0, 1, 7, 64, 1000, 4099})
-        check_case(mixed_case(dt, n, tol, 5 + n), tol);
+    // Without NaN/Inf most blocks stay on the SIMD fast path; with them, on the redo.
+    for (bool specials : {true, false}) {
+      for (double tol : {1e-4, 1e-2}) {
+        for (std::size_t n : {0, 1, 7, 64, 1000, 4099})
+          check_case(mixed_case(dt, n, tol, 5 + n, specials), tol);
+      }
     }
   }
 }
@@ -304,6 +319,44 @@ TEST(MetricsSimdTest, ComputeMetricsKernelsAgreeAcrossChunksAndThreads) {
   ASSERT_TRUE(std::isfinite(b.error));
   EXPECT_NEAR(a.error, b.error, 1e-13 * b.error);
   EXPECT_NEAR(a.baseline, b.baseline, 1e-13 * b.baseline);
+}
+
+// The float-to-half roundings of the allclose emulation against the exact double
+// rounding of dtype.hpp: every value of each type, the floats on both sides of each
+// midpoint to its neighbour (the ties), and random floats of every exponent.
+TEST(MetricsSimdTest, FloatRoundingToHalvesMatchesTheExactRounding) {
+  std::mt19937_64 rng(13);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    std::vector<float> xs;
+    for (std::uint32_t b = 0; b < 0x8000; ++b) {
+      const double v = float_from_bits(dt, b), next = float_from_bits(dt, b + 1);
+      if (!std::isfinite(v)) continue;
+      // Past the largest value the tie is half a step above it, where rounding overflows.
+      const double step = std::isfinite(next) ? next - v : v - float_from_bits(dt, b - 1);
+      const auto mid = static_cast<float>(v + step / 2);
+      for (float x : {static_cast<float>(v), mid, std::nextafter(mid, 0.0f),
+                      std::nextafter(mid, std::numeric_limits<float>::infinity())}) {
+        xs.push_back(x);
+        xs.push_back(-x);
+      }
+    }
+    for (int i = 0; i < 1 << 20; ++i) {
+      const auto bits = static_cast<std::uint32_t>(rng());
+      float x;
+      std::memcpy(&x, &bits, 4);
+      xs.push_back(x);
+    }
+    for (float x : xs) {
+      const float got = detail::round_float_to(dt, x);
+      const auto want = static_cast<float>(round_to(dt, x));
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << name(dt) << " " << x;
+      } else {
+        ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+            << name(dt) << " " << x << ": " << got << " vs " << want;
+      }
+    }
+  }
 }
 
 }  // namespace
