@@ -125,10 +125,11 @@ bool torch_isclose(DType d, double self, double other, double atol, double rtol,
 // A band of 8u relative and 4 subnormal spacings absolute contains every case it can flip.
 // That holds while float(tol) is a normal float and nothing overflows (2^-100 <= tol <=
 // 0.2) and the band stays above zero; outside, the factor-2 band of torch_isclose's own
-// shortcut is used. The other dtypes compare in double exactly as the SIMD kernel does,
-// so their band is one ULP wide.
+// shortcut is used. The other dtypes compare in double as the SIMD kernel does. Every
+// band has 2^-50 more room: the kernel forms its lines with a few roundings of its own.
 CloseBand close_band(DType d, double tol) {
-  const CloseBand shortcut{0.5, 0.0, 2.0, 1e-300};
+  constexpr double kKernelRounding = 0x1p-50;
+  const CloseBand shortcut{0.5 * (1 - kKernelRounding), 0.0, 2 * (1 + kKernelRounding), 1e-300};
   double u = 0, spacing = 0;
   switch (d) {
     case DType::BF16:
@@ -143,11 +144,11 @@ CloseBand close_band(DType d, double tol) {
       u = 0x1p-24;
       spacing = 0x1p-149;
       break;
-    default:  // |t - r| <= allowed in double: close up to allowed, not close past the next
+    default:  // |t - r| <= allowed in double, so only the kernel's roundings are unsure.
       // (The offset is the least normal double: a subnormal operand slows the FMA 50x.)
-      return {1.0, 0.0, 1.0 + 0x1p-52, 0x1p-1022};
+      return {1 - kKernelRounding, 0.0, 1 + kKernelRounding, 0x1p-1022};
   }
-  const double relative = 8 * u, absolute = 4 * spacing;
+  const double relative = 8 * u + kKernelRounding, absolute = 4 * spacing;
   if (!(tol >= 0x1p-100 && tol <= 0.2 && tol * (1 - relative) > absolute)) return shortcut;
   return {1 - relative, -absolute, 1 + relative, absolute};
 }

@@ -48,53 +48,82 @@ VU Distance64(VU a, VU b) {
   return hn::Sub(hn::BitCast(du, hn::Max(oa, ob)), hn::BitCast(du, hn::Min(oa, ob)));
 }
 
-// bf16 and f16, their patterns sign-extended into 32-bit lanes.
+// bf16 and f16. Start takes the block's ULP distances on full vectors of 16-bit lanes
+// (four times the lanes of the float64 loop), so the loop only decodes values.
 template <DType kType>
 class HalfCodec {
  public:
   static constexpr bool kFloating = true;
+  static constexpr bool kBlockDistances = true;
   explicit HalfCodec(DType) {}
-  void Start(const std::byte* t, const std::byte* r, std::size_t) {
+  void Start(const std::byte* t, const std::byte* r, std::size_t n) {
     t_ = reinterpret_cast<const std::int16_t*>(t);
     r_ = reinterpret_cast<const std::int16_t*>(r);
+    const hn::ScalableTag<std::int16_t> d16;
+    const hn::RebindToUnsigned<decltype(d16)> du16;
+    const std::size_t L = hn::Lanes(d16);
+    auto largest = hn::Zero(du16);
+    std::size_t i = 0;
+    for (; i + L <= n; i += L) {
+      const auto oa = Ordinal(hn::LoadU(d16, t_ + i)), ob = Ordinal(hn::LoadU(d16, r_ + i));
+      // The difference of two ordinals fits 16 unsigned bits (at most 2 * 0x7FFF).
+      const auto dist =
+          hn::Sub(hn::BitCast(du16, hn::Max(oa, ob)), hn::BitCast(du16, hn::Min(oa, ob)));
+      largest = hn::Max(largest, dist);
+      hn::Store(dist, du16, distances_ + i);
+    }
+    largest_ = hn::GetLane(hn::MaxOfLanes(du16, largest));
+    for (; i < n; ++i) {
+      const int a = ScalarOrdinal(t_[i]), b = ScalarOrdinal(r_[i]);
+      distances_[i] = static_cast<std::uint16_t>(a > b ? a - b : b - a);
+      largest_ = std::max<std::uint64_t>(largest_, distances_[i]);
+    }
   }
   Lanes Load(std::size_t i) const {
-    const auto a = hn::PromoteTo(d32_, hn::LoadU(d16_, t_ + i));
-    const auto b = hn::PromoteTo(d32_, hn::LoadU(d16_, r_ + i));
-    const auto distance = hn::Abs(hn::Sub(Ordinal(a), Ordinal(b)));  // < 2^16: no overflow
-    return {Value(a, t_ + i), Value(b, r_ + i),
-            hn::PromoteTo(DU(), hn::BitCast(hn::RebindToUnsigned<decltype(d32_)>(), distance))};
-  }
-
- private:
-  using D32 = hn::Rebind<std::int32_t, D>;
-  // sign ? -magnitude : magnitude, with s = 0 or -1 from the sign-extended top bit.
-  static hn::Vec<D32> Ordinal(hn::Vec<D32> bits) {
-    const auto s = hn::ShiftRight<31>(bits);
-    return hn::Sub(hn::Xor(hn::And(bits, hn::Set(D32(), 0x7FFF)), s), s);
-  }
-  static VD Value(hn::Vec<D32> bits, const std::int16_t* p) {
     const D d;
     const hn::Rebind<float, D> df;
     if constexpr (kType == DType::BF16) {  // bf16 is the top half of a float32
-      (void)p;
-      return hn::PromoteTo(d, hn::BitCast(df, hn::ShiftLeft<16>(bits)));
+      const hn::Rebind<std::uint16_t, D> d16;
+      const hn::Rebind<std::uint32_t, D> d32;
+      auto value = [&](const std::int16_t* p) {
+        const auto bits =
+            hn::PromoteTo(d32, hn::LoadU(d16, reinterpret_cast<const std::uint16_t*>(p)));
+        return hn::PromoteTo(d, hn::BitCast(df, hn::ShiftLeft<16>(bits)));
+      };
+      return {value(t_ + i), value(r_ + i), hn::Zero(DU())};
     } else {
-      (void)bits;
       const hn::Rebind<hwy::float16_t, D> dh;
-      return hn::PromoteTo(
-          d, hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p))));
+      auto value = [&](const std::int16_t* p) {
+        return hn::PromoteTo(
+            d, hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p))));
+      };
+      return {value(t_ + i), value(r_ + i), hn::Zero(DU())};
     }
   }
-  D32 d32_;
-  hn::Rebind<std::int16_t, D> d16_;
+  const std::uint16_t* distances() const { return distances_; }
+  std::uint64_t largest() const { return largest_; }
+
+ private:
+  // sign ? -magnitude : magnitude, with s = 0 or -1 from the sign bit.
+  template <class V>
+  static V Ordinal(V bits) {
+    const auto s = hn::ShiftRight<15>(bits);
+    return hn::Sub(hn::Xor(hn::And(bits, hn::Set(hn::DFromV<V>(), 0x7FFF)), s), s);
+  }
+  static int ScalarOrdinal(std::int16_t bits) {
+    const int magnitude = bits & 0x7FFF;
+    return bits < 0 ? -magnitude : magnitude;
+  }
   const std::int16_t* t_ = nullptr;
   const std::int16_t* r_ = nullptr;
+  std::uint64_t largest_ = 0;
+  HWY_ALIGN std::uint16_t distances_[kBlock];
 };
 
 class F32Codec {
  public:
   static constexpr bool kFloating = true;
+  static constexpr bool kBlockDistances = false;
   explicit F32Codec(DType) {}
   void Start(const std::byte* t, const std::byte* r, std::size_t) {
     t_ = reinterpret_cast<const std::uint32_t*>(t);
@@ -122,6 +151,7 @@ class F32Codec {
 class F64Codec {
  public:
   static constexpr bool kFloating = true;
+  static constexpr bool kBlockDistances = false;
   explicit F64Codec(DType) {}
   void Start(const std::byte* t, const std::byte* r, std::size_t) {
     t_ = reinterpret_cast<const std::uint64_t*>(t);
@@ -145,6 +175,7 @@ template <bool kIsFloating>
 class BufferedCodec {
  public:
   static constexpr bool kFloating = kIsFloating;
+  static constexpr bool kBlockDistances = false;
   explicit BufferedCodec(DType dtype) : dtype_(dtype) {}
   void Start(const std::byte* t, const std::byte* r, std::size_t n) {
     decode_block(dtype_, t, n, test_);
@@ -199,50 +230,69 @@ std::uint64_t CountBitsDiffer(std::size_t element_size, const std::byte* a, cons
   }
 }
 
-std::uint64_t SumLanes(VU v) { return hn::GetLane(hn::SumOfLanes(DU(), v)); }
-double SumLanes(VD v) { return hn::GetLane(hn::SumOfLanes(D(), v)); }
+HWY_INLINE std::uint64_t SumLanes(VU v) { return hn::GetLane(hn::SumOfLanes(DU(), v)); }
+HWY_INLINE double SumLanes(VD v) { return hn::GetLane(hn::SumOfLanes(D(), v)); }
 
-// Adds one to the counter lanes where mask is set.
+// Adds `step` to the counter lanes where mask is set. A step of 1 or 2^32 keeps two
+// block counters (at most kBlock / lanes each) in the halves of one register.
 template <class M>
-HWY_INLINE VU CountIn(VU counter, M mask) {
+HWY_INLINE VU CountIn(VU counter, M mask, VU step) {
   const DU du;
 #if HWY_TARGET <= HWY_AVX3
-  // One masked add, where the portable form takes a mask-to-vector move and a subtract.
-  return VU{_mm512_mask_sub_epi64(counter.raw, hn::RebindMask(du, mask).raw, counter.raw,
-                                  hn::Set(du, ~std::uint64_t{0}).raw)};
+  // One masked add, where the portable form takes a masked move and an add.
+  return VU{
+      _mm512_mask_add_epi64(counter.raw, hn::RebindMask(du, mask).raw, counter.raw, step.raw)};
 #else
-  return hn::Sub(counter, hn::VecFromMask(du, hn::RebindMask(du, mask)));
+  return hn::Add(counter, hn::IfThenElseZero(hn::RebindMask(du, mask), step));
 #endif
 }
+template <class M>
+HWY_INLINE VU CountIn(VU counter, M mask) {
+  return CountIn(counter, mask, hn::Set(DU(), 1));
+}
 
-// Histogram of n ULP distances whose largest is `largest`. Bin k >= 1 holds (2^(k-2),
-// 2^(k-1)]. A block's distances usually span a few bins:
-// - up to kMostCompares bins: each bin below the top is a count of distances at or below
-//   its upper end, one compare per vector and bin;
+// The two counts held in the halves of a paired counter, added to running totals.
+HWY_INLINE void AddPaired(VU paired, std::uint64_t& low, std::uint64_t& high) {
+  const DU du;
+  low += SumLanes(hn::And(paired, hn::Set(du, 0xFFFFFFFFu)));
+  high += SumLanes(hn::ShiftRight<32>(paired));
+}
+
+// Adds the bins 0..top of n distances whose largest is in bin `top`: bin k >= 1 holds
+// (2^(k-2), 2^(k-1)], so each bin below the top is the count of distances at or below its
+// upper end less the bins before. One compare per vector and bin: cheap for the few
+// bins a block usually spans.
+template <class T>
+void AddCumulativeBins(const T* dist, std::size_t n, int top, UlpStats& ulp) {
+  const hn::ScalableTag<T> dt;
+  const std::size_t L = hn::Lanes(dt);
+  const std::size_t whole = n / L * L;
+  std::uint64_t below_previous = 0;
+  for (int k = 0; k < top; ++k) {
+    const std::uint64_t upper = k == 0 ? 0 : std::uint64_t{1} << (k - 1);
+    const auto limit = hn::Set(dt, static_cast<T>(upper + 1));  // top <= 8 for 16 bits
+    std::uint64_t below = 0;
+    for (std::size_t i = 0; i < whole; i += L)
+      below += hn::CountTrue(dt, hn::Lt(hn::Load(dt, dist + i), limit));
+    for (std::size_t i = whole; i < n; ++i) below += dist[i] <= upper;
+    ulp.hist[k] += below - below_previous;
+    below_previous = below;
+  }
+  ulp.hist[top] += n - below_previous;
+}
+
+// Histogram of n ULP distances whose largest is `largest`:
+// - a few bins: AddCumulativeBins;
 // - otherwise, below 2^52: each distance's bin from the exponent of (d - 1) as a double
 //   (exact there), narrowed to bytes, then one byte compare per bin over whole vectors;
 // - otherwise element by element.
 void AddToHistogram(const std::uint64_t* dist, std::size_t n, std::uint64_t largest,
                     UlpStats& ulp) {
-  constexpr int kMostCompares = 3;
   const D d;
   const DU du;
   const std::size_t N = hn::Lanes(du);
   const int top = ulp_bin(largest);
-  if (top <= kMostCompares) {
-    std::uint64_t below_previous = 0;
-    for (int k = 0; k < top; ++k) {
-      const auto limit = hn::Set(du, (k == 0 ? 0 : std::uint64_t{1} << (k - 1)) + 1);
-      VU count = hn::Zero(du);
-      for (std::size_t i = 0; i < n; i += N)
-        count = CountIn(count, hn::Lt(hn::Load(du, dist + i), limit));
-      const std::uint64_t below = SumLanes(count);
-      ulp.hist[k] += below - below_previous;
-      below_previous = below;
-    }
-    ulp.hist[top] += n - below_previous;
-    return;
-  }
+  if (top <= 3) return AddCumulativeBins(dist, n, top, ulp);
   if (largest < (std::uint64_t{1} << 52)) {
     const DI di;
     const hn::Rebind<std::uint8_t, D> d8;
@@ -275,6 +325,17 @@ void AddToHistogram(const std::uint64_t* dist, std::size_t n, std::uint64_t larg
     ulp.hist[b] += std::uint64_t{h[0][b]} + h[1][b] + h[2][b] + h[3][b];
 }
 
+// The same for the 16-bit distances of bf16 and f16: compares on 16-bit lanes up to 8
+// bins, the float64 lanes' methods beyond.
+void AddToHistogram(const std::uint16_t* dist, std::size_t n, std::uint64_t largest,
+                    UlpStats& ulp) {
+  const int top = ulp_bin(largest);
+  if (top <= 8) return AddCumulativeBins(dist, n, top, ulp);
+  HWY_ALIGN std::uint64_t wide[kBlock];
+  for (std::size_t i = 0; i < n; ++i) wide[i] = dist[i];
+  AddToHistogram(wide, n, largest, ulp);
+}
+
 // The first lane index in [0, n) where f(i) (a mask for the vector at i) holds; the
 // maximum it looks for is known to be there.
 template <class F>
@@ -287,16 +348,19 @@ std::uint64_t FirstLaneWhere(std::size_t n, F f) {
   return 0;
 }
 
-// Lanes of one vector whose allclose verdict is too close to the boundary to decide
-// here: the exact emulation counts those that are not close.
-std::uint64_t NotCloseAmong(hn::Mask<D> lanes, VD test, VD ref, DType dt,
-                            const MetricOptions& opt) {
+// Lanes of the vector at i whose allclose verdict is too close to the boundary to decide
+// here: the exact emulation counts those that are not close. (Reloaded here, so that the
+// hot loop keeps no copy of its lanes for this rare call.)
+template <class Codec>
+HWY_NOINLINE std::uint64_t NotCloseAmong(hn::Mask<D> lanes, const Codec& codec, std::size_t i,
+                                         DType dt, const MetricOptions& opt) {
   const D d;
   const std::size_t N = hn::Lanes(d);
   HWY_ALIGN double t[HWY_MAX_BYTES / sizeof(double)], r[HWY_MAX_BYTES / sizeof(double)];
   std::uint8_t bits[(HWY_MAX_BYTES / sizeof(double) + 7) / 8];
-  hn::Store(test, d, t);
-  hn::Store(ref, d, r);
+  const Lanes v = codec.Load(i);
+  hn::Store(v.test, d, t);
+  hn::Store(v.ref, d, r);
   hn::StoreMaskBits(d, lanes, bits);
   std::uint64_t not_close = 0;
   for (std::size_t j = 0; j < N; ++j) {
@@ -304,6 +368,19 @@ std::uint64_t NotCloseAmong(hn::Mask<D> lanes, VD test, VD ref, DType dt,
       not_close += !torch_isclose(dt, r[j], t[j], opt.tol, opt.tol, opt.equal_nan);
   }
   return not_close;
+}
+
+// A finite block's ULP distances into the partial: histogram, values that differ (those
+// not in bin 0), and the first index of a new largest distance.
+template <class T>
+void AddUlp(const T* dist, std::size_t n, std::uint64_t largest, std::uint64_t base, Partial& p) {
+  const std::uint64_t zero_before = p.ulp.hist[0];
+  AddToHistogram(dist, n, largest, p.ulp);
+  p.values_differ += n - (p.ulp.hist[0] - zero_before);
+  if (largest > p.ulp.max) {
+    p.ulp.max = largest;
+    p.ulp.max_index = base + static_cast<std::uint64_t>(std::find(dist, dist + n, largest) - dist);
+  }
 }
 
 // The fused pass over [begin, end) (a whole number of vectors) with one codec.
@@ -321,15 +398,15 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
   HWY_ALIGN double truth_buffer[kBlock];
   HWY_ALIGN std::uint64_t dist[kBlock];
 
-  const VD tol = hn::Set(d, opt.tol);
-  const VD lo_k = hn::Set(d, band.lo_scale), lo_c = hn::Set(d, band.lo_offset);
-  const VD hi_k = hn::Set(d, band.hi_scale), hi_c = hn::Set(d, band.hi_offset);
-  const VU zero = hn::Zero(du);
+  // The band's lines in |t|: lo = lo_slope |t| + lo_intercept, hi likewise.
+  const VD lo_slope = hn::Set(d, opt.tol * band.lo_scale);
+  const VD lo_intercept = hn::Set(d, opt.tol * band.lo_scale + band.lo_offset);
+  const VD hi_slope = hn::Set(d, opt.tol * band.hi_scale);
+  const VD hi_intercept = hn::Set(d, opt.tol * band.hi_scale + band.hi_offset);
+  const VU zero = hn::Zero(du), low = hn::Set(du, 1), high = hn::Set(du, std::uint64_t{1} << 32);
 
   Partial p, redone;  // redone: the blocks the scalar path took over, merged in order
-  std::uint64_t fast_n = 0, undecided_not_close = 0;
-  VU far = zero, values_differ = zero, t_equal = zero, r_equal = zero;
-  VU t_over = zero, t_under = zero, r_over = zero, r_under = zero;
+  std::uint64_t fast_n = 0, t_equal = 0, r_equal = 0;
 
   for (std::uint64_t base = begin; base < end; base += kBlock) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, end - base));
@@ -346,31 +423,33 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
         u = truth_buffer;
       }
     }
-    VU b_far = zero, b_values_differ = zero, b_t_equal = zero, b_r_equal = zero;
-    VU b_t_over = zero, b_t_under = zero, b_r_over = zero, b_r_under = zero, b_largest = zero;
+    // Paired block counters: (far, values differ), (test == truth, ref == truth),
+    // (|test| > |truth|, |test| < |truth|), (|ref| > |truth|, |ref| < |truth|).
+    VU far_differ = zero, equal = zero, test_balance = zero, ref_balance = zero;
+    VU largest = zero;
     VD max_ref = hn::Zero(d), max_truth = hn::Zero(d);
     VD sq_err_test = hn::Zero(d), sq_err_ref = hn::Zero(d), sq_truth = hn::Zero(d);
     VD sq_test = hn::Zero(d), test_dot_truth = hn::Zero(d), err_sum = hn::Zero(d);
     VD probe = hn::Zero(d);  // sum of |t - r|: non-finite iff some input lane is (or huge)
-    std::uint64_t b_undecided_not_close = 0;
+    std::uint64_t block_undecided_not_close = 0;
     for (std::size_t i = 0; i < n; i += N) {
       const Lanes v = codec.Load(i);
       const VD diff = hn::Abs(hn::Sub(v.test, v.ref));
       max_ref = hn::Max(max_ref, diff);
       const VD at = hn::Abs(v.test);
-      const VD allowed = hn::Add(tol, hn::Mul(tol, at));  // as the emulation rounds it
-      const VD hi = hn::MulAdd(allowed, hi_k, hi_c);
-      b_far = CountIn(b_far, hn::Ge(diff, hi));
+      const VD hi = hn::MulAdd(at, hi_slope, hi_intercept);
+      far_differ = CountIn(far_differ, hn::Ge(diff, hi), low);
       const auto undecided =
-          hn::And(hn::Gt(diff, hn::MulAdd(allowed, lo_k, lo_c)), hn::Lt(diff, hi));
+          hn::And(hn::Gt(diff, hn::MulAdd(at, lo_slope, lo_intercept)), hn::Lt(diff, hi));
       if (HWY_UNLIKELY(!hn::AllFalse(d, undecided)))
-        b_undecided_not_close += NotCloseAmong(undecided, v.test, v.ref, dt, opt);
-      if constexpr (Codec::kFloating) {
-        b_values_differ = CountIn(b_values_differ, hn::Ne(v.distance, zero));
-        b_largest = hn::Max(b_largest, v.distance);
+        block_undecided_not_close += NotCloseAmong(undecided, codec, i, dt, opt);
+      if constexpr (Codec::kBlockDistances) {
+        // taken by Start
+      } else if constexpr (Codec::kFloating) {  // values that differ: counted by the histogram
+        largest = hn::Max(largest, v.distance);
         hn::Store(v.distance, du, dist + i);
       } else {
-        b_values_differ = CountIn(b_values_differ, hn::Ne(v.test, v.ref));
+        far_differ = CountIn(far_differ, hn::Ne(v.test, v.ref), high);
       }
       if constexpr (kTruth) {
         const VD vu = hn::LoadU(d, u + i);
@@ -383,12 +462,12 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
         err_sum = hn::Add(err_sum, e);
         max_truth = hn::Max(max_truth, hn::Abs(e));
         const VD au = hn::Abs(vu), ar = hn::Abs(v.ref);
-        b_t_equal = CountIn(b_t_equal, hn::Eq(v.test, vu));
-        b_r_equal = CountIn(b_r_equal, hn::Eq(v.ref, vu));
-        b_t_over = CountIn(b_t_over, hn::Gt(at, au));
-        b_t_under = CountIn(b_t_under, hn::Lt(at, au));
-        b_r_over = CountIn(b_r_over, hn::Gt(ar, au));
-        b_r_under = CountIn(b_r_under, hn::Lt(ar, au));
+        equal = CountIn(equal, hn::Eq(v.test, vu), low);
+        equal = CountIn(equal, hn::Eq(v.ref, vu), high);
+        test_balance = CountIn(test_balance, hn::Gt(at, au), low);
+        test_balance = CountIn(test_balance, hn::Lt(at, au), high);
+        ref_balance = CountIn(ref_balance, hn::Gt(ar, au), low);
+        ref_balance = CountIn(ref_balance, hn::Lt(ar, au), high);
       } else {
         probe = hn::Add(probe, diff);
       }
@@ -403,9 +482,8 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
       continue;
     }
     fast_n += n;
-    undecided_not_close += b_undecided_not_close;
-    far = hn::Add(far, b_far);
-    values_differ = hn::Add(values_differ, b_values_differ);
+    p.not_close += block_undecided_not_close;
+    AddPaired(far_differ, p.not_close, p.values_differ);
     p.bits_differ += CountBitsDiffer(es, tp, rp, n);
     // A larger maximum than all before: find where it first occurs in this block.
     const double block_max_ref = hn::GetLane(hn::MaxOfLanes(d, max_ref));
@@ -417,16 +495,10 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
                               return hn::Eq(hn::Abs(hn::Sub(v.test, v.ref)), m);
                             });
     }
-    if constexpr (Codec::kFloating) {
-      const std::uint64_t largest = hn::GetLane(hn::MaxOfLanes(du, b_largest));
-      AddToHistogram(dist, n, largest, p.ulp);
-      if (largest > p.ulp.max) {
-        const VU m = hn::Set(du, largest);
-        p.ulp.max = largest;
-        p.ulp.max_index = base + FirstLaneWhere(n, [&](std::size_t i) {
-                            return hn::RebindMask(d, hn::Eq(hn::Load(du, dist + i), m));
-                          });
-      }
+    if constexpr (Codec::kBlockDistances) {
+      AddUlp(codec.distances(), n, codec.largest(), base, p);
+    } else if constexpr (Codec::kFloating) {
+      AddUlp(dist, n, hn::GetLane(hn::MaxOfLanes(du, largest)), base, p);
     }
     if constexpr (kTruth) {
       p.sq_err_test.add(s_err_test);
@@ -435,12 +507,9 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
       p.sq_test.add(SumLanes(sq_test));
       p.test_dot_truth.add(SumLanes(test_dot_truth));
       p.err_sum.add(SumLanes(err_sum));
-      t_equal = hn::Add(t_equal, b_t_equal);
-      r_equal = hn::Add(r_equal, b_r_equal);
-      t_over = hn::Add(t_over, b_t_over);
-      t_under = hn::Add(t_under, b_t_under);
-      r_over = hn::Add(r_over, b_r_over);
-      r_under = hn::Add(r_under, b_r_under);
+      AddPaired(equal, t_equal, r_equal);
+      AddPaired(test_balance, p.test_over, p.test_under);
+      AddPaired(ref_balance, p.ref_over, p.ref_under);
       const double block_max_truth = hn::GetLane(hn::MaxOfLanes(d, max_truth));
       if (block_max_truth > p.max_abs_truth) {
         const VD m = hn::Set(d, block_max_truth);
@@ -454,16 +523,10 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
   }
 
   p.n = fast_n;
-  p.not_close = SumLanes(far) + undecided_not_close;
-  p.values_differ = SumLanes(values_differ);
   if constexpr (kTruth) {
     // Finite lanes: a value differs from the truth exactly when it is not equal to it.
-    p.test_differs = fast_n - SumLanes(t_equal);
-    p.ref_differs = fast_n - SumLanes(r_equal);
-    p.test_over = SumLanes(t_over);
-    p.test_under = SumLanes(t_under);
-    p.ref_over = SumLanes(r_over);
-    p.ref_under = SumLanes(r_under);
+    p.test_differs = fast_n - t_equal;
+    p.ref_differs = fast_n - r_equal;
   }
   p.merge(redone);  // maxima on ties keep the smaller index, whatever the merge order
   return p;
