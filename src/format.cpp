@@ -3,22 +3,22 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 
 namespace numalign::detail {
 
 std::string format_number(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  if (v == std::floor(v) && std::fabs(v) < 1e5) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-    return buf;
-  }
-  char buf[32];
+  // std::to_chars formats as printf's %.0f / %.4g / %.3g would, without its locale and
+  // format-string costs (a report formats several numbers per tensor).
+  char buf[48];
   const double a = std::fabs(v);
-  std::snprintf(buf, sizeof buf, (a >= 1e-3 && a < 1e5) ? "%.4g" : "%.3g", v);
-  return buf;
+  const auto [end, ec] =
+      v == std::floor(v) && a < 1e5
+          ? std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, 0)
+          : std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general,
+                          (a >= 1e-3 && a < 1e5) ? 4 : 3);
+  return ec == std::errc() ? std::string(buf, end) : std::string("?");
 }
 
 std::string json_number(double v) {

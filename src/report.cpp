@@ -43,16 +43,22 @@ void Report::sort() {
   auto rank = [](VerdictKind k) {
     return k == VerdictKind::kError ? 0 : k == VerdictKind::kFail ? 1 : 2;
   };
-  std::stable_sort(tensors.begin(), tensors.end(),
-                   [&](const TensorResult& a, const TensorResult& b) {
-                     if (rank(a.verdict) != rank(b.verdict))
-                       return rank(a.verdict) < rank(b.verdict);
-                     if (a.verdict == VerdictKind::kFail) {
-                       const double sa = severity(a), sb = severity(b);
-                       if (sa != sb) return sa > sb;
-                     }
-                     return a.order < b.order;
-                   });
+  // Sorts positions, then moves each result once: a result holds a whole Metrics.
+  std::vector<std::size_t> by(tensors.size());
+  for (std::size_t i = 0; i < by.size(); ++i) by[i] = i;
+  std::stable_sort(by.begin(), by.end(), [&](std::size_t i, std::size_t j) {
+    const TensorResult &a = tensors[i], &b = tensors[j];
+    if (rank(a.verdict) != rank(b.verdict)) return rank(a.verdict) < rank(b.verdict);
+    if (a.verdict == VerdictKind::kFail) {
+      const double sa = severity(a), sb = severity(b);
+      if (sa != sb) return sa > sb;
+    }
+    return a.order < b.order;
+  });
+  std::vector<TensorResult> sorted;
+  sorted.reserve(tensors.size());
+  for (std::size_t i : by) sorted.push_back(std::move(tensors[i]));
+  tensors = std::move(sorted);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "numalign/tensor.hpp"
@@ -66,7 +67,7 @@ class Trace {
   std::string path_;
   std::vector<std::shared_ptr<MappedFile>> files_;
   std::vector<TraceEntry> entries_;
-  std::map<std::string, std::size_t> index_;
+  std::unordered_map<std::string, std::size_t> index_;
   std::map<std::string, std::string> raw_metadata_;
   std::optional<TraceMetadata> metadata_;
 };
