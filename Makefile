@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev libhwy-dev libbenchmark-dev clang-format \
   clang-14 libclang-rt-14-dev
 .PHONY: deps deps-apt deps-python build install-python demo test test-cpp test-sanitize test-python \
-  build-fuzz fuzz fuzz-smoke format clean
+  build-fuzz fuzz fuzz-smoke bench bench-smoke format clean
 
 deps: deps-apt deps-python
 
@@ -53,7 +53,8 @@ test-python: install-python
 # The whole C++ suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 test-sanitize: deps-apt
-	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS=$(SAN_FLAGS)" >/dev/null
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMALIGN_BENCH=OFF \
+	  "-DCMAKE_CXX_FLAGS=$(SAN_FLAGS)" >/dev/null
 	@cmake --build build-asan -j 2
 	@cd build-asan && ASAN_OPTIONS=abort_on_error=1 ctest --output-on-failure -j 2
 
@@ -63,7 +64,7 @@ FUZZ_TARGETS := trace metadata rules
 FUZZ_SECONDS ?= 60
 build-fuzz: deps-apt
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DNUMALIGN_FUZZ=ON \
-	  -DNUMALIGN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DNUMALIGN_BUILD_TESTS=OFF -DNUMALIGN_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  "-DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" >/dev/null
 	@cmake --build build-fuzz -j 2 --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 
@@ -83,7 +84,19 @@ fuzz-smoke: build-fuzz
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
 
-test: test-cpp test-sanitize fuzz-smoke test-python
+test: test-cpp test-sanitize fuzz-smoke test-python bench-smoke
+
+# The benchmark of docs/benchmarks.md: about 15 GB of traces under $(BUILD)/bench/data,
+# 10-15 minutes on 2 cores. BENCH_ARGS="--scale 0.1" for a quicker look.
+BENCH_ARGS ?= --dtypes bf16,fp16,fp32,fp8
+bench: build install-python
+	@$(PY) bench/bench.py --build $(BUILD) --out $(BUILD)/bench $(BENCH_ARGS)
+
+# In `make test`: the whole benchmark at a thousandth of its size, so that it keeps working.
+bench-smoke: build install-python
+	@$(PY) bench/bench.py --build $(BUILD) --out $(BUILD)/bench-smoke --scale 0.001 --repeat 1 \
+	  --dtypes bf16,fp8 >/dev/null
+	@grep -q '| model | bf16 |' $(BUILD)/bench-smoke/results.md
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')

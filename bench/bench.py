@@ -37,12 +37,16 @@ torch.set_num_threads(threads)
 start = time.perf_counter()
 test, ref, truth = (load_file(p) for p in paths)
 loaded = time.perf_counter()
-same_ok = all(dynamo_utils.same(ref[k], test[k], fp64_ref=truth[k], tol=1e-4) for k in ref)
+try:
+    same_ok = all(dynamo_utils.same(ref[k], test[k], fp64_ref=truth[k], tol=1e-4) for k in ref)
+    same_error = None
+except Exception as e:  # fp8: torch has no arithmetic for it
+    same_ok, same_error = None, f"{type(e).__name__}: {e}"
 same_done = time.perf_counter()
 report = numalign.judge(test, ref, truth, tol=1e-4, threads=threads)
 judged = time.perf_counter()
 print(json.dumps({"load_s": loaded - start, "same_s": same_done - loaded,
-                  "judge_s": judged - same_done, "same_ok": bool(same_ok),
+                  "judge_s": judged - same_done, "same_ok": same_ok, "same_error": same_error,
                   "judge_ok": bool(report.aligned)}))
 """
 
@@ -134,21 +138,27 @@ def measure(build, files, repeat, torch_repeat):
 
 def derive(r):
     gb = r["bytes"] / 1e9
+    same_ran = r["torch_same_error"] is None
     d = {
         "gb": gb,
         "a_1t": gb / r["read_1t_s"], "a_2t": gb / r["read_2t_s"],
         "b_1t": gb / r["cli_1t_s"], "b_2t": gb / r["cli_2t_s"],
-        "c": gb / (r["torch_load_s"] + r["torch_same_s"]),
-        "d_judge": gb / r["torch_judge_s"], "d_same": gb / r["torch_same_s"],
+        "c": gb / (r["torch_load_s"] + r["torch_same_s"]) if same_ran else None,
+        "d_judge": gb / r["torch_judge_s"],
+        "d_same": gb / r["torch_same_s"] if same_ran else None,
     }
     d["b_over_a"] = d["b_2t"] / d["a_2t"]
     d["b_over_a_1t"] = d["b_1t"] / d["a_1t"]
-    d["b_vs_c"] = d["b_2t"] / d["c"]
-    d["d_vs_same"] = d["d_judge"] / d["d_same"]
+    d["b_vs_c"] = d["b_2t"] / d["c"] if same_ran else None
+    d["d_vs_same"] = d["d_judge"] / d["d_same"] if same_ran else None
     d["scaling"] = r["cli_1t_s"] / r["cli_2t_s"]
     d["rss_anon_mib"] = max(r["cli_1t_rss_anon_kib"], r["cli_2t_rss_anon_kib"]) / 1024
     d["vm_hwm_mib"] = max(r["cli_1t_vm_hwm_kib"], r["cli_2t_vm_hwm_kib"]) / 1024
     return d
+
+
+def fmt(value, spec, suffix=""):
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
 def table(results, kernels, machine, command):
@@ -165,9 +175,13 @@ def table(results, kernels, machine, command):
         lines.append(
             f"| {r['workload']} | {r['dtype']} | {d['gb']:.2f} | {d['a_1t']:.2f} | "
             f"{d['a_2t']:.2f} | {d['b_1t']:.2f} | {d['b_2t']:.2f} | {d['b_over_a']:.2f} | "
-            f"{d['scaling']:.2f} | {d['c']:.3f} | {d['b_vs_c']:.0f}x | {d['d_judge']:.2f} | "
-            f"{d['d_same']:.3f} | {d['d_vs_same']:.0f}x | {d['rss_anon_mib']:.1f} | "
-            f"{d['vm_hwm_mib']:.0f} |")
+            f"{d['scaling']:.2f} | {fmt(d['c'], '.3f')} | {fmt(d['b_vs_c'], '.1f', 'x')} | "
+            f"{d['d_judge']:.2f} | {fmt(d['d_same'], '.3f')} | {fmt(d['d_vs_same'], '.1f', 'x')} "
+            f"| {d['rss_anon_mib']:.1f} | {d['vm_hwm_mib']:.0f} |")
+    for r in results.values():
+        if r["raw"]["torch_same_error"]:
+            lines.append(f"\n{r['workload']} {r['dtype']}: same() failed "
+                         f"({r['raw']['torch_same_error']}), so (c) and (d) same() are n/a.")
     lines += ["", "Kernel (Google Benchmark, one thread, F64 truth):", "",
               "| dtype | elements | target | GB/s |", "|---|---|---|---|"]
     for k in kernels:
@@ -220,7 +234,8 @@ def main():
                                           "derived": derive(r)}
         d = results[f"{workload}_{dtype}"]["derived"]
         print(f"   (a) {d['a_2t']:.2f} GB/s  (b) {d['b_2t']:.2f} GB/s = {d['b_over_a']:.2f} x (a)"
-              f"  (c) {d['c']:.3f} GB/s  (d) {d['d_vs_same']:.0f}x same()", flush=True)
+              f"  (c) {fmt(d['c'], '.3f')} GB/s  (d) {fmt(d['d_vs_same'], '.1f')}x same()",
+              flush=True)
     kernels = kernel_bench(build, quick=a.scale < 0.1)
     command = "python bench/bench.py " + " ".join(sys.argv[1:])
     machine = machine_description()

@@ -53,8 +53,8 @@ def _legend(parts, x, y, entries):
 
 def svg(results, kernels):
     groups = list(results.values())
-    values = [g["derived"][k] for g in groups for k, _, _ in SERIES] + \
-             [k["gbps"] for k in kernels]
+    values = [g["derived"][k] for g in groups for k, _, _ in SERIES
+              if g["derived"][k] is not None] + [k["gbps"] for k in kernels]
     lo = 10 ** math.floor(math.log10(max(min(values), 1e-4)))
     hi = 10 ** math.ceil(math.log10(max(values)))
     top, height, bar = 40, 300, 16
@@ -73,7 +73,8 @@ def svg(results, kernels):
     x = 90
     for g in groups:
         for i, (key, _, color) in enumerate(SERIES):
-            _bar(parts, x + i * bar, bar - 2, g["derived"][key], lo, hi, top, height, color)
+            if g["derived"][key] is not None:  # same() has no fp8 arithmetic
+                _bar(parts, x + i * bar, bar - 2, g["derived"][key], lo, hi, top, height, color)
         cx = x + bar * len(SERIES) / 2
         parts.append(f'<text x="{cx}" y="{top + height + 14}" text-anchor="middle">'
                      f'{escape(g["workload"])}</text>')

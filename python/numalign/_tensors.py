@@ -31,19 +31,21 @@ def is_tensor(x) -> bool:
 
 
 def to_core(x, name: str):
-    """(safetensors dtype, shape, uint8 bytes) of a tensor or array; zero copy when it can be."""
+    """(safetensors dtype, shape, data) of a tensor or array for the core, zero copy when it
+    can be: data is uint8 bytes, or for a torch tensor (address, size, tensor)."""
     if torch is not None and isinstance(x, torch.Tensor):
         code = _TORCH_NAMES.get(x.dtype)
         if code is None:
             raise TypeError(f"tensor {name!r}: dtype {x.dtype} is not supported")
-        t = x.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()  # one copy to the host
-        t = t.contiguous()  # a no-op when already contiguous
-        shape = list(t.shape)
-        flat = t.reshape(-1)
-        data = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
-        return code, shape, data
+        t = x
+        if not t.is_cpu:
+            t = t.detach().cpu()  # one copy to the host
+        if not t.is_contiguous():
+            t = t.detach().contiguous()
+        # (address, size, owner): the core reads the bytes in place while the tuple holds t.
+        # (No detach for CPU tensors: the address is the same, and detach costs more than
+        # judging a small tensor.)
+        return code, list(t.shape), (t.data_ptr(), t.nbytes, t)
     if isinstance(x, np.ndarray):
         code = _NUMPY_NAMES.get(x.dtype.name)
         if code is None:
@@ -66,6 +68,9 @@ def torch_dtype(code: str):
 def flatten(obj, prefix: str = "") -> dict:
     """Nested outputs as {dotted name: tensor}: dicts (keys), lists / tuples (indices),
     namedtuples and dataclasses (fields), HF-style ModelOutput (its keys), Trace objects."""
+    if not prefix and type(obj) is dict and all(
+            type(k) is str and is_tensor(v) for k, v in obj.items()):
+        return dict(obj)  # the common case, a state dict: nothing to flatten
     out: dict = {}
     _flatten_into(obj, prefix, out)
     return out

@@ -10,11 +10,18 @@ class Report:
 
     def __init__(self, core):
         self._core = core
-        self._data = json.loads(core.json())
+        self._parsed = None
+
+    @property
+    def _data(self) -> dict:
+        # Parsed on first use: a pass/fail check on a large model needs none of it.
+        if self._parsed is None:
+            self._parsed = json.loads(self._core.json())
+        return self._parsed
 
     @property
     def aligned(self) -> bool:
-        return self._data["aligned"]
+        return self._core.aligned
 
     @property
     def exit_code(self) -> int:

@@ -5,9 +5,11 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <variant>
 
 #include "numalign/error.hpp"
 #include "numalign/judge.hpp"
@@ -21,19 +23,26 @@ using namespace numalign;
 namespace {
 
 using Bytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+// A contiguous CPU torch tensor's bytes as (address, size, the tensor): its DLPack export
+// costs more than judging a small tensor. The tuple holds the tensor for the call.
+using Address = std::tuple<std::uintptr_t, std::size_t, nb::object>;
 // A tensor as Python hands it over: safetensors dtype name, shape, its bytes (zero copy).
-using PyTensor = std::tuple<std::string, std::vector<std::uint64_t>, Bytes>;
+using PyTensor = std::tuple<std::string, std::vector<std::uint64_t>, std::variant<Bytes, Address>>;
 
 TensorView to_view(const PyTensor& t, const std::string& name) {
-  const auto& [dtype_name, shape, bytes] = t;
+  const auto& [dtype_name, shape, data] = t;
   const auto dtype = dtype_from_name(dtype_name);
   if (!dtype)
     throw nb::value_error(("tensor '" + name + "': unknown dtype '" + dtype_name + "'").c_str());
-  TensorView v{*dtype, Shape(shape.begin(), shape.end()),
-               reinterpret_cast<const std::byte*>(bytes.data())};
-  if (v.nbytes() != bytes.size()) {
-    throw nb::value_error(("tensor '" + name + "': " + std::to_string(bytes.size()) +
-                           " bytes for " + dtype_name + " " + format_shape(v.shape) + " (needs " +
+  const auto* bytes = std::get_if<Bytes>(&data);
+  const auto* address = std::get_if<Address>(&data);
+  const auto* start = bytes ? reinterpret_cast<const std::byte*>(bytes->data())
+                            : reinterpret_cast<const std::byte*>(std::get<0>(*address));
+  const std::size_t size = bytes ? bytes->size() : std::get<1>(*address);
+  TensorView v{*dtype, Shape(shape.begin(), shape.end()), start};
+  if (v.nbytes() != size) {
+    throw nb::value_error(("tensor '" + name + "': " + std::to_string(size) + " bytes for " +
+                           dtype_name + " " + format_shape(v.shape) + " (needs " +
                            std::to_string(v.nbytes()) + ")")
                               .c_str());
   }

@@ -140,8 +140,12 @@ def test_model_output_style_mappings_flatten_by_key():
 def test_cpu_tensors_reach_the_core_without_a_copy():
     from numalign._tensors import to_core
 
-    t = torch.randn(1000, dtype=torch.bfloat16)
-    _, _, data = to_core(t, "t")
-    assert data.data_ptr() == t.data_ptr()
+    t = torch.randn(1000, dtype=torch.bfloat16, requires_grad=True)
+    _, shape, (address, size, owner) = to_core(t, "t")
+    assert (address, size, shape) == (t.data_ptr(), 2000, [1000]) and owner is t
+    strided = torch.randn(4, 6, dtype=torch.float64)[:, ::2]  # one contiguous copy
+    _, shape, (address, size, owner) = to_core(strided, "s")
+    assert shape == [4, 3] and size == 96 and owner.is_contiguous()
+    assert torch.equal(owner, strided) and address == owner.data_ptr()
     a = np.arange(10, dtype=np.float32)
     assert to_core(a, "a")[2].ctypes.data == a.ctypes.data
