@@ -4,7 +4,10 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "numalign/judge.hpp"
 #include "numalign/metrics.hpp"
@@ -267,10 +270,18 @@ int main(int argc, char** argv) {
       apply_rules(common.rules, options);
       options.threads = common.threads;
       check_override_reasons(options);
-      const Trace test_trace = Trace::open(test);
-      const Trace ref_trace = Trace::open(ref);
+      // The three headers parse at once (a header can list tens of thousands of tensors);
+      // errors still surface in argument order, as a sequential open would report them.
+      auto opening = [](const std::string& path) {
+        return std::async(std::launch::async, [path] { return Trace::open(path); });
+      };
+      auto test_opening = opening(test), ref_opening = opening(ref);
+      std::optional<std::future<Trace>> truth_opening;
+      if (!truth.empty()) truth_opening = opening(truth);
+      const Trace test_trace = test_opening.get();
+      const Trace ref_trace = ref_opening.get();
       std::optional<Trace> truth_trace;
-      if (!truth.empty()) truth_trace = Trace::open(truth);
+      if (truth_opening) truth_trace = truth_opening->get();
       Progress progress(!common.no_progress);
       Report report = judge(test_trace, ref_trace, truth_trace ? &*truth_trace : nullptr, options,
                             common.only, progress.callback());

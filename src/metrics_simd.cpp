@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "dtype_tables.hpp"
 #include "metrics_internal.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -48,17 +49,30 @@ VU Distance64(VU a, VU b) {
   return hn::Sub(hn::BitCast(du, hn::Max(oa, ob)), hn::BitCast(du, hn::Min(oa, ob)));
 }
 
+// The block's test and ref elements read in place, as T.
+template <class T>
+class InPlace {
+ public:
+  void Start(const std::byte* t, const std::byte* r, std::size_t) {
+    t_ = reinterpret_cast<const T*>(t);
+    r_ = reinterpret_cast<const T*>(r);
+  }
+
+ protected:
+  const T* t_ = nullptr;
+  const T* r_ = nullptr;
+};
+
 // bf16 and f16. Start takes the block's ULP distances on full vectors of 16-bit lanes
 // (four times the lanes of the float64 loop), so the loop only decodes values.
 template <DType kType>
-class HalfCodec {
+class HalfCodec : public InPlace<std::int16_t> {
  public:
   static constexpr bool kFloating = true;
   static constexpr bool kBlockDistances = true;
   explicit HalfCodec(DType) {}
   void Start(const std::byte* t, const std::byte* r, std::size_t n) {
-    t_ = reinterpret_cast<const std::int16_t*>(t);
-    r_ = reinterpret_cast<const std::int16_t*>(r);
+    InPlace::Start(t, r, n);
     const hn::ScalableTag<std::int16_t> d16;
     const hn::RebindToUnsigned<decltype(d16)> du16;
     const std::size_t L = hn::Lanes(d16);
@@ -114,21 +128,15 @@ class HalfCodec {
     const int magnitude = bits & 0x7FFF;
     return bits < 0 ? -magnitude : magnitude;
   }
-  const std::int16_t* t_ = nullptr;
-  const std::int16_t* r_ = nullptr;
   std::uint64_t largest_ = 0;
   HWY_ALIGN std::uint16_t distances_[kBlock];
 };
 
-class F32Codec {
+class F32Codec : public InPlace<std::uint32_t> {
  public:
   static constexpr bool kFloating = true;
   static constexpr bool kBlockDistances = false;
   explicit F32Codec(DType) {}
-  void Start(const std::byte* t, const std::byte* r, std::size_t) {
-    t_ = reinterpret_cast<const std::uint32_t*>(t);
-    r_ = reinterpret_cast<const std::uint32_t*>(r);
-  }
   Lanes Load(std::size_t i) const {
     const D d;
     const DU du;
@@ -144,32 +152,50 @@ class F32Codec {
  private:
   hn::Rebind<std::uint32_t, D> d32_;
   hn::Rebind<float, D> df_;
-  const std::uint32_t* t_ = nullptr;
-  const std::uint32_t* r_ = nullptr;
 };
 
-class F64Codec {
+class F64Codec : public InPlace<std::uint64_t> {
  public:
   static constexpr bool kFloating = true;
   static constexpr bool kBlockDistances = false;
   explicit F64Codec(DType) {}
-  void Start(const std::byte* t, const std::byte* r, std::size_t) {
-    t_ = reinterpret_cast<const std::uint64_t*>(t);
-    r_ = reinterpret_cast<const std::uint64_t*>(r);
-  }
   Lanes Load(std::size_t i) const {
     const D d;
     const DU du;
     const VU a = hn::LoadU(du, t_ + i), b = hn::LoadU(du, r_ + i);
     return {hn::BitCast(d, a), hn::BitCast(d, b), Distance64(a, b)};
   }
-
- private:
-  const std::uint64_t* t_ = nullptr;
-  const std::uint64_t* r_ = nullptr;
 };
 
-// Every other dtype (fp8, integers, f16 without hardware conversion): the scalar block
+// The 8-bit floats: values and ordinals gathered from their 256-entry tables.
+class Table8Codec : public InPlace<std::uint8_t> {
+ public:
+  static constexpr bool kFloating = true;
+  static constexpr bool kBlockDistances = false;
+  explicit Table8Codec(DType dtype)
+      : values_(fp8_value_table(dtype)), ordinals_(fp8_ordinal_table(dtype)) {}
+  Lanes Load(std::size_t i) const {
+    const D d;
+    const DI di;
+    const hn::Rebind<std::uint8_t, D> d8;
+    const hn::Rebind<std::uint32_t, D> d32;
+    auto index = [&](const std::uint8_t* p) {
+      return hn::BitCast(di, hn::PromoteTo(DU(), hn::PromoteTo(d32, hn::LoadU(d8, p))));
+    };
+    const auto ia = index(t_ + i), ib = index(r_ + i);
+    const auto oa = hn::GatherIndex(di, ordinals_, ia), ob = hn::GatherIndex(di, ordinals_, ib);
+    // Ordinals of 8-bit patterns are small: their difference cannot overflow.
+    const VU distance =
+        hn::Sub(hn::BitCast(DU(), hn::Max(oa, ob)), hn::BitCast(DU(), hn::Min(oa, ob)));
+    return {hn::GatherIndex(d, values_, ia), hn::GatherIndex(d, values_, ib), distance};
+  }
+
+ private:
+  const double* values_;
+  const std::int64_t* ordinals_;
+};
+
+// Every other dtype (integers, f16 without hardware conversion): the scalar block
 // decoders fill buffers once per block, and the vectors are read from them.
 template <bool kIsFloating>
 class BufferedCodec {
@@ -550,6 +576,12 @@ Partial AccumulateDispatch(const MetricsInput& in, const MetricOptions& opt, con
       return AccumulateWith<F32Codec, kTruth>(in, opt, band, begin, end);
     case DType::F64:
       return AccumulateWith<F64Codec, kTruth>(in, opt, band, begin, end);
+    case DType::F8_E5M2:
+    case DType::F8_E4M3:
+    case DType::F8_E8M0:
+    case DType::F8_E4M3FNUZ:
+    case DType::F8_E5M2FNUZ:
+      return AccumulateWith<Table8Codec, kTruth>(in, opt, band, begin, end);
     default:
       return is_floating(in.test->dtype)
                  ? AccumulateWith<BufferedCodec<true>, kTruth>(in, opt, band, begin, end)

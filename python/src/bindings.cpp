@@ -27,7 +27,7 @@ using Bytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::dev
 // costs more than judging a small tensor. The tuple holds the tensor for the call.
 using Address = std::tuple<std::uintptr_t, std::size_t, nb::object>;
 // A tensor as Python hands it over: safetensors dtype name, shape, its bytes (zero copy).
-using PyTensor = std::tuple<std::string, std::vector<std::uint64_t>, std::variant<Bytes, Address>>;
+using PyTensor = std::tuple<std::string, std::vector<std::uint64_t>, std::variant<Address, Bytes>>;
 
 TensorView to_view(const PyTensor& t, const std::string& name) {
   const auto& [dtype_name, shape, data] = t;

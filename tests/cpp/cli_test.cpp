@@ -113,6 +113,12 @@ TEST_F(CliTest, BadFilesExitTwoWithTheFileNamed) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("numalign: error: " + bad + ": file is 4 bytes"), std::string::npos)
       << r.out;
+  // The three traces open at once; with several bad, the first in argument order is named.
+  const std::string gone = (dir_ / "gone.safetensors").string();
+  const CliRun two_bad = cli("judge " + mm("reordered") + " " + bad + " " + gone);
+  EXPECT_EQ(two_bad.code, 2);
+  EXPECT_NE(two_bad.out.find("numalign: error: " + bad + ":"), std::string::npos) << two_bad.out;
+  EXPECT_EQ(two_bad.out.find(gone), std::string::npos) << two_bad.out;
   const CliRun missing = cli("inspect " + (dir_ / "nowhere.safetensors").string());
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.out.find("cannot open"), std::string::npos) << missing.out;
