@@ -464,9 +464,9 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
       max_ref = hn::Max(max_ref, diff);
       const VD at = hn::Abs(v.test);
       const VD hi = hn::MulAdd(at, hi_slope, hi_intercept);
-      far_differ = CountIn(far_differ, hn::Ge(diff, hi), low);
-      const auto undecided =
-          hn::And(hn::Gt(diff, hn::MulAdd(at, lo_slope, lo_intercept)), hn::Lt(diff, hi));
+      const auto far = hn::Ge(diff, hi);
+      far_differ = CountIn(far_differ, far, low);
+      const auto undecided = hn::AndNot(far, hn::Gt(diff, hn::MulAdd(at, lo_slope, lo_intercept)));
       if (HWY_UNLIKELY(!hn::AllFalse(d, undecided)))
         block_undecided_not_close += NotCloseAmong(undecided, codec, i, dt, opt);
       if constexpr (Codec::kBlockDistances) {
