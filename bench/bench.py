@@ -51,9 +51,9 @@ print(json.dumps({"load_s": loaded - start, "same_s": same_done - loaded,
 """
 
 
-def median_of(repeat, fn):
-    runs = [fn() for _ in range(repeat)]
-    return runs[len(runs) // 2] if isinstance(runs[0], dict) else statistics.median(runs)
+def median_run(runs, key):
+    """The run with the median `key` (for an even count, the lower of the middle two)."""
+    return sorted(runs, key=key)[(len(runs) - 1) // 2]
 
 
 def read_limit(build, files, threads):
@@ -125,13 +125,21 @@ def measure(build, files, repeat, torch_repeat):
     read_limit(build, files, 2)  # warm the page cache
     r = {"bytes": nbytes}
     for t in (1, 2):
-        r[f"read_{t}t_s"] = median_of(repeat, lambda: read_limit(build, files, t))
-        cli = median_of(repeat, lambda: run_cli(build, files, t))
+        # (a) and (b) alternate, so that both see the machine in the same state.
+        reads, clis = [], []
+        for _ in range(repeat):
+            reads.append(read_limit(build, files, t))
+            clis.append(run_cli(build, files, t))
+        cli = median_run(clis, key=lambda c: c["seconds"])
+        r[f"read_{t}t_s"] = statistics.median(reads)
         r[f"cli_{t}t_s"] = cli["seconds"]
-        r[f"cli_{t}t_rss_anon_kib"] = cli["rss_anon_kib"]
-        r[f"cli_{t}t_vm_hwm_kib"] = cli["vm_hwm_kib"]
+        r[f"read_{t}t_runs_s"] = reads
+        r[f"cli_{t}t_runs_s"] = [c["seconds"] for c in clis]
+        r[f"cli_{t}t_rss_anon_kib"] = max(c["rss_anon_kib"] for c in clis)
+        r[f"cli_{t}t_vm_hwm_kib"] = max(c["vm_hwm_kib"] for c in clis)
         r["cli_aligned"] = cli["aligned"]
-    torch_side = median_of(torch_repeat, lambda: run_torch_side(files, 2))
+    torch_runs = [run_torch_side(files, 2) for _ in range(torch_repeat)]
+    torch_side = median_run(torch_runs, key=lambda x: x["load_s"] + x["same_s"])
     r.update({f"torch_{k}": v for k, v in torch_side.items()})
     return r
 
@@ -148,6 +156,8 @@ def derive(r):
         "d_same": gb / r["torch_same_s"] if same_ran else None,
     }
     d["b_over_a"] = d["b_2t"] / d["a_2t"]
+    pairs = [a / b for a, b in zip(r["read_2t_runs_s"], r["cli_2t_runs_s"])]
+    d["b_over_a_range"] = (min(pairs), max(pairs))
     d["b_over_a_1t"] = d["b_1t"] / d["a_1t"]
     d["b_vs_c"] = d["b_2t"] / d["c"] if same_ran else None
     d["d_vs_same"] = d["d_judge"] / d["d_same"] if same_ran else None
@@ -165,7 +175,8 @@ def table(results, kernels, machine, command):
     lines = [f"Machine: {machine}", "", f"Command: `{command}`", "",
              "GB/s = bytes of test + ref + truth / wall time; (a) read limit, (b) numalign "
              "CLI, (c) load_file + same() per tensor, (d) numalign.judge vs same() on the same "
-             "in-memory tensors. Threads: 2 unless marked 1t.", "",
+             "in-memory tensors. Threads: 2 unless marked 1t. Times are medians; (b)/(a) also "
+             "gives the range over the alternating runs.", "",
              "| workload | dtype | GB | (a) 1t | (a) | (b) 1t | (b) | (b)/(a) | (b) 2t/1t "
              "| (c) | (b)/(c) | (d) judge | (d) same() | (d) speed-up | RssAnon MiB "
              "| VmHWM MiB |",
@@ -174,7 +185,8 @@ def table(results, kernels, machine, command):
         d = r["derived"]
         lines.append(
             f"| {r['workload']} | {r['dtype']} | {d['gb']:.2f} | {d['a_1t']:.2f} | "
-            f"{d['a_2t']:.2f} | {d['b_1t']:.2f} | {d['b_2t']:.2f} | {d['b_over_a']:.2f} | "
+            f"{d['a_2t']:.2f} | {d['b_1t']:.2f} | {d['b_2t']:.2f} | {d['b_over_a']:.2f} "
+            f"({d['b_over_a_range'][0]:.2f}-{d['b_over_a_range'][1]:.2f}) | "
             f"{d['scaling']:.2f} | {fmt(d['c'], '.3f')} | {fmt(d['b_vs_c'], '.1f', 'x')} | "
             f"{d['d_judge']:.2f} | {fmt(d['d_same'], '.3f')} | {fmt(d['d_vs_same'], '.1f', 'x')} "
             f"| {d['rss_anon_mib']:.1f} | {d['vm_hwm_mib']:.0f} |")
@@ -216,7 +228,7 @@ def main():
     p.add_argument("--data", default=None, help="where workloads are written (default OUT/data)")
     p.add_argument("--scale", type=float, default=1.0, help="workload size factor (1 = full)")
     p.add_argument("--dtypes", default="bf16", help="comma list for the model workload")
-    p.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
     p.add_argument("--torch-repeat", type=int, default=1, help="runs of the PyTorch side")
     a = p.parse_args()
     build, out = Path(a.build), Path(a.out)
