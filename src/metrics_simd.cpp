@@ -4,7 +4,8 @@
 // registers (a codec per dtype, chosen once per chunk), takes their ULP distance and folds
 // every test-vs-ref and truth metric. The loop assumes finite inputs, so it needs no NaN
 // or Inf handling: a block whose sums come out non-finite is redone by the scalar
-// reference path, as are allclose verdicts too close to the boundary to decide here.
+// reference path, and allclose verdicts too close to the boundary to decide here go to
+// its exact emulation of torch.isclose.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "metrics_simd.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
