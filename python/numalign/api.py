@@ -1,11 +1,12 @@
 """api.py: judge() and assert_aligned() on tensors, arrays, nested outputs, traces or paths."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 
 from . import _core
-from ._tensors import flatten, to_core
+from ._tensors import flatten
 from .report import Report
 from .trace import Trace
 
@@ -46,6 +47,26 @@ def _rule_overrides(rules):
     return default, overrides
 
 
+def _items(t, r, u):
+    """(name, test, ref, truth) for the core, in ref's execution order first (when
+    recorded), then the rest of ref, then test-only names."""
+    ordered = [n for n in dict.fromkeys(r.metadata.get("order", [])) if n in r]
+    seen = set(ordered)
+    names = ordered + [n for n in r if n not in seen] + [n for n in t if n not in r]
+    # Tens of thousands of small tuples: a cycle collection in the middle costs more than the
+    # loop (they hold no cycles; reference counting frees them).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return [(n,
+                 t.core_tensor(n) if n in t else None,
+                 r.core_tensor(n) if n in r else None,
+                 u.core_tensor(n) if u is not None and n in u else None) for n in names]
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan=False,
           larger_multiplier_for_small=False, force_max_multiplier=False, check_bias=False,
           threads=0) -> Report:
@@ -53,16 +74,7 @@ def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan
     against the float64 ``truth``. Each may be a tensor, an array, a nested structure of them
     (flattened to dotted names: ``logits``, ``past.0.key``), a Trace, or a path."""
     t, r, u = _as_trace(test), _as_trace(ref), _as_trace(truth)
-    # ref's execution order first (when recorded), then the rest of ref, then test-only names.
-    ordered = [n for n in dict.fromkeys(r.metadata.get("order", [])) if n in r]
-    seen = set(ordered)
-    names = ordered + [n for n in r if n not in seen] + [n for n in t if n not in r]
-    items = []
-    for n in names:
-        items.append((n,
-                      t.core_tensor(n) if n in t else None,
-                      r.core_tensor(n) if n in r else None,
-                      u.core_tensor(n) if u is not None and n in u else None))
+    items = _items(t, r, u)
     default, overrides = _rule_overrides(rules)
     policy_json, policy_name = None, "policy"
     if policy is not None:
