@@ -13,11 +13,10 @@ std::string format_number(double v) {
   // format-string costs (a report formats several numbers per tensor).
   char buf[48];
   const double a = std::fabs(v);
-  const auto [end, ec] =
-      v == std::floor(v) && a < 1e5
-          ? std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, 0)
-          : std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general,
-                          (a >= 1e-3 && a < 1e5) ? 4 : 3);
+  const auto [end, ec] = v == std::floor(v) && a < 1e5
+                             ? std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, 0)
+                             : std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general,
+                                             (a >= 1e-3 && a < 1e5) ? 4 : 3);
   return ec == std::errc() ? std::string(buf, end) : std::string("?");
 }
 
