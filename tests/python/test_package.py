@@ -149,3 +149,20 @@ def test_cpu_tensors_reach_the_core_without_a_copy():
     assert torch.equal(owner, strided) and address == owner.data_ptr()
     a = np.arange(10, dtype=np.float32)
     assert to_core(a, "a")[2].ctypes.data == a.ctypes.data
+
+
+def test_judge_leaves_the_garbage_collector_as_it_found_it():
+    import gc
+
+    u = torch.randn(2000, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    tensors = {f"t{i}": u.to(torch.bfloat16) for i in range(3)}
+    truth = {k: u for k in tensors}
+    assert gc.isenabled()
+    assert numalign.judge(tensors, tensors, truth).aligned
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert numalign.judge(tensors, tensors, truth).aligned
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
