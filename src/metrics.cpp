@@ -63,14 +63,14 @@ namespace detail {
 
 float round_float_to(DType d, float x) {
   if (std::isnan(x)) return x;
+  if (d == DType::F16) {
+    const float a = std::fabs(x);
+    // 65520 is halfway past the largest half (65504): ties to even round it to inf.
+    if (a >= 65520.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
+    // Subnormal halves are multiples of 2^-24; scaling by 2^24 is exact.
+    if (a < 0x1p-14f) return std::nearbyint(x * 0x1p24f) * 0x1p-24f;
+  }
   if (d == DType::BF16 || d == DType::F16) {
-    if (d == DType::F16) {
-      const float a = std::fabs(x);
-      // 65520 is halfway past the largest half (65504): ties to even round it to inf.
-      if (a >= 65520.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
-      // Subnormal halves are multiples of 2^-24; scaling by 2^24 is exact.
-      if (a < 0x1p-14f) return std::nearbyint(x * 0x1p24f) * 0x1p-24f;
-    }
     // Normal range: round to nearest even on the low bits a float has beyond the type's
     // (16 for bf16, 13 for f16); a carry into the exponent is the correct rounding up.
     const int drop = d == DType::BF16 ? 16 : 13;
@@ -180,14 +180,14 @@ void Partial::merge(const Partial& o) {
   test_dot_truth.merge(o.test_dot_truth);
   err_sum.merge(o.err_sum);
   // On ties the smaller index wins: the first occurrence, whatever the merge order.
-  const auto later_wins = [](auto value, auto current, std::uint64_t index, std::uint64_t at) {
+  const auto other_wins = [](auto value, auto current, std::uint64_t index, std::uint64_t at) {
     return value > current || (value == current && index < at);
   };
-  if (later_wins(o.max_abs_truth, max_abs_truth, o.max_abs_truth_index, max_abs_truth_index)) {
+  if (other_wins(o.max_abs_truth, max_abs_truth, o.max_abs_truth_index, max_abs_truth_index)) {
     max_abs_truth = o.max_abs_truth;
     max_abs_truth_index = o.max_abs_truth_index;
   }
-  if (later_wins(o.max_abs_ref, max_abs_ref, o.max_abs_ref_index, max_abs_ref_index)) {
+  if (other_wins(o.max_abs_ref, max_abs_ref, o.max_abs_ref_index, max_abs_ref_index)) {
     max_abs_ref = o.max_abs_ref;
     max_abs_ref_index = o.max_abs_ref_index;
   }
@@ -200,7 +200,7 @@ void Partial::merge(const Partial& o) {
   not_close += o.not_close;
   bits_differ += o.bits_differ;
   values_differ += o.values_differ;
-  if (later_wins(o.ulp.max, ulp.max, o.ulp.max_index, ulp.max_index)) {
+  if (other_wins(o.ulp.max, ulp.max, o.ulp.max_index, ulp.max_index)) {
     ulp.max = o.ulp.max;
     ulp.max_index = o.ulp.max_index;
   }

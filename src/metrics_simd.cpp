@@ -50,10 +50,14 @@ VU Distance64(VU a, VU b) {
   return hn::Sub(hn::BitCast(du, hn::Max(oa, ob)), hn::BitCast(du, hn::Min(oa, ob)));
 }
 
-// The block's test and ref elements read in place, as T.
+// A floating codec that reads the block's test and ref elements in place, as T, and by
+// default gives each vector's ULP distances with its values (HalfCodec overrides that).
 template <class T>
 class InPlace {
  public:
+  static constexpr bool kFloating = true;
+  static constexpr bool kBlockDistances = false;
+  explicit InPlace(DType) {}
   void Start(const std::byte* t, const std::byte* r, std::size_t) {
     t_ = reinterpret_cast<const T*>(t);
     r_ = reinterpret_cast<const T*>(r);
@@ -69,9 +73,8 @@ class InPlace {
 template <DType kType>
 class HalfCodec : public InPlace<std::int16_t> {
  public:
-  static constexpr bool kFloating = true;
   static constexpr bool kBlockDistances = true;
-  explicit HalfCodec(DType) {}
+  using InPlace::InPlace;
   void Start(const std::byte* t, const std::byte* r, std::size_t n) {
     InPlace::Start(t, r, n);
     const hn::ScalableTag<std::int16_t> d16;
@@ -135,9 +138,7 @@ class HalfCodec : public InPlace<std::int16_t> {
 
 class F32Codec : public InPlace<std::uint32_t> {
  public:
-  static constexpr bool kFloating = true;
-  static constexpr bool kBlockDistances = false;
-  explicit F32Codec(DType) {}
+  using InPlace::InPlace;
   Lanes Load(std::size_t i) const {
     const D d;
     const DU du;
@@ -157,9 +158,7 @@ class F32Codec : public InPlace<std::uint32_t> {
 
 class F64Codec : public InPlace<std::uint64_t> {
  public:
-  static constexpr bool kFloating = true;
-  static constexpr bool kBlockDistances = false;
-  explicit F64Codec(DType) {}
+  using InPlace::InPlace;
   Lanes Load(std::size_t i) const {
     const D d;
     const DU du;
@@ -171,10 +170,8 @@ class F64Codec : public InPlace<std::uint64_t> {
 // The 8-bit floats: values and ordinals gathered from their 256-entry tables.
 class Table8Codec : public InPlace<std::uint8_t> {
  public:
-  static constexpr bool kFloating = true;
-  static constexpr bool kBlockDistances = false;
   explicit Table8Codec(DType dtype)
-      : values_(fp8_value_table(dtype)), ordinals_(fp8_ordinal_table(dtype)) {}
+      : InPlace(dtype), values_(fp8_value_table(dtype)), ordinals_(fp8_ordinal_table(dtype)) {}
   Lanes Load(std::size_t i) const {
     const D d;
     const DI di;
@@ -272,10 +269,6 @@ HWY_INLINE VU CountIn(VU counter, M mask, VU step) {
 #else
   return hn::Add(counter, hn::IfThenElseZero(hn::RebindMask(du, mask), step));
 #endif
-}
-template <class M>
-HWY_INLINE VU CountIn(VU counter, M mask) {
-  return CountIn(counter, mask, hn::Set(DU(), 1));
 }
 
 // The two counts held in the halves of a paired counter, added to running totals.
@@ -501,7 +494,8 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
     }
     // Every input lane finite? A NaN or Inf in test or ref reaches e or er (or |t - r|),
     // one in truth reaches both. Otherwise the scalar path redoes the block.
-    const double s_err_test = SumLanes(sq_err_test), s_err_ref = SumLanes(sq_err_ref);
+    const double s_err_test = kTruth ? SumLanes(sq_err_test) : 0;
+    const double s_err_ref = kTruth ? SumLanes(sq_err_ref) : 0;
     const bool finite = kTruth ? std::isfinite(s_err_test) && std::isfinite(s_err_ref)
                                : std::isfinite(SumLanes(probe));
     if (HWY_UNLIKELY(!finite)) {

@@ -80,11 +80,15 @@ struct RawEntry {
   std::uint64_t begin, end;
 };
 
+// "tensor \"name\"", the subject of every per-tensor message; built only for a message:
+// a header can name hundreds of thousands of tensors.
+std::string tensor_named(std::string_view name) { return "tensor " + json_quoted(name); }
+
 std::uint64_t read_u64(const simdjson::dom::element& e, std::string_view name,
                        const std::string& label, const char* what) {
   std::uint64_t v;
   if (e.get(v)) {
-    fail(label, "tensor " + json_quoted(name) + ": " + what + " must hold non-negative integers");
+    fail(label, tensor_named(name) + ": " + what + " must hold non-negative integers");
   }
   return v;
 }
@@ -154,30 +158,29 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
       file_metadata = parse_metadata_map(field.value, label);
       continue;
     }
-    // Built only for a message: a header can name hundreds of thousands of tensors.
-    const auto where = [key] { return "tensor " + json_quoted(key); };
     if (!names.insert(key).second) {
-      fail(label, where() + " appears twice in the header (names must be unique)");
+      fail(label, tensor_named(key) + " appears twice in the header (names must be unique)");
     }
-    if (key.find('\0') != std::string_view::npos) fail(label, where() + ": name has a NUL byte");
+    if (key.find('\0') != std::string_view::npos)
+      fail(label, tensor_named(key) + ": name has a NUL byte");
     simdjson::dom::object entry;
-    if (field.value.get(entry)) fail(label, where() + ": entry is not an object");
+    if (field.value.get(entry)) fail(label, tensor_named(key) + ": entry is not an object");
     RawEntry e{std::string(key), DType::F32, {}, 0, 0};
     simdjson::dom::element dtype_el, shape_el, offsets_el;
-    if (entry["dtype"].get(dtype_el)) fail(label, where() + ": entry has no \"dtype\"");
-    if (entry["shape"].get(shape_el)) fail(label, where() + ": entry has no \"shape\"");
+    if (entry["dtype"].get(dtype_el)) fail(label, tensor_named(key) + ": entry has no \"dtype\"");
+    if (entry["shape"].get(shape_el)) fail(label, tensor_named(key) + ": entry has no \"shape\"");
     if (entry["data_offsets"].get(offsets_el))
-      fail(label, where() + ": entry has no \"data_offsets\"");
+      fail(label, tensor_named(key) + ": entry has no \"data_offsets\"");
     std::string_view dtype_name;
-    if (dtype_el.get(dtype_name)) fail(label, where() + ": dtype is not a string");
+    if (dtype_el.get(dtype_name)) fail(label, tensor_named(key) + ": dtype is not a string");
     const auto dt = dtype_from_name(dtype_name);
-    if (!dt) fail(label, where() + ": unknown dtype " + json_quoted(dtype_name));
+    if (!dt) fail(label, tensor_named(key) + ": unknown dtype " + json_quoted(dtype_name));
     e.dtype = *dt;
     simdjson::dom::array shape_arr, offsets_arr;
-    if (shape_el.get(shape_arr)) fail(label, where() + ": shape is not an array");
+    if (shape_el.get(shape_arr)) fail(label, tensor_named(key) + ": shape is not an array");
     for (auto d : shape_arr) e.shape.push_back(read_u64(d, key, label, "shape"));
     if (offsets_el.get(offsets_arr) || offsets_arr.size() != 2) {
-      fail(label, where() + ": data_offsets must be [begin, end]");
+      fail(label, tensor_named(key) + ": data_offsets must be [begin, end]");
     }
     e.begin = read_u64(offsets_arr.at(0).value_unsafe(), key, label, "data_offsets");
     e.end = read_u64(offsets_arr.at(1).value_unsafe(), key, label, "data_offsets");
@@ -191,34 +194,34 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
   std::uint64_t expected = 0;
   const std::byte* data = bytes.data() + 8 + n;
   for (const auto& e : raw) {
-    const auto where = [&e] { return "tensor " + json_quoted(e.name); };
     if (e.end < e.begin) {
-      fail(label, where() + ": data_offsets [" + std::to_string(e.begin) + ", " +
+      fail(label, tensor_named(e.name) + ": data_offsets [" + std::to_string(e.begin) + ", " +
                       std::to_string(e.end) + "] end before they begin");
     }
     if (e.begin != expected) {
-      fail(label, where() + ": data starts at " + std::to_string(e.begin) + " but the previous " +
-                      "tensor ends at " + std::to_string(expected) +
+      fail(label, tensor_named(e.name) + ": data starts at " + std::to_string(e.begin) +
+                      " but the previous " + "tensor ends at " + std::to_string(expected) +
                       (e.begin > expected ? " (a hole)" : " (an overlap)"));
     }
     std::uint64_t numel = 1, nbits = 0;
     for (auto d : e.shape) {
-      if (!checked_mul(numel, d, numel)) fail(label, where() + ": shape product overflows");
+      if (!checked_mul(numel, d, numel))
+        fail(label, tensor_named(e.name) + ": shape product overflows");
     }
     if (!checked_mul(numel, static_cast<std::uint64_t>(bits(e.dtype)), nbits)) {
-      fail(label, where() + ": byte size overflows");
+      fail(label, tensor_named(e.name) + ": byte size overflows");
     }
     if (nbits % 8 != 0) {
-      fail(label, where() + ": " + std::to_string(numel) + " elements of " +
+      fail(label, tensor_named(e.name) + ": " + std::to_string(numel) + " elements of " +
                       std::string(name(e.dtype)) + " do not fill whole bytes");
     }
     if (e.end - e.begin != nbits / 8) {
-      fail(label, where() + ": " + std::string(name(e.dtype)) + " " + format_shape(e.shape) +
-                      " needs " + std::to_string(nbits / 8) + " bytes but data_offsets span " +
-                      std::to_string(e.end - e.begin));
+      fail(label, tensor_named(e.name) + ": " + std::string(name(e.dtype)) + " " +
+                      format_shape(e.shape) + " needs " + std::to_string(nbits / 8) +
+                      " bytes but data_offsets span " + std::to_string(e.end - e.begin));
     }
     if (e.end > data_size) {
-      fail(label, where() + ": data_offsets end at " + std::to_string(e.end) +
+      fail(label, tensor_named(e.name) + ": data_offsets end at " + std::to_string(e.end) +
                       ", past the data section (" + std::to_string(data_size) + " bytes)");
     }
     expected = e.end;
@@ -236,7 +239,7 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
   for (auto& e : raw) {
     const auto [it, added] = index_.emplace(e.name, entries_.size());
     if (!added) {
-      fail(label, "tensor " + json_quoted(e.name) + " is also in " + entries_[it->second].file);
+      fail(label, tensor_named(e.name) + " is also in " + entries_[it->second].file);
     }
     entries_.push_back({e.name, TensorView{e.dtype, e.shape, data + e.begin}, label});
   }
