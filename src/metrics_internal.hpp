@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "numalign/metrics.hpp"
 #include "summation.hpp"
@@ -64,6 +66,10 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
 // every count, maximum, index and histogram bin is identical.
 Partial accumulate_simd(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
                         std::uint64_t end);
-const char* simd_target_name();
+// The SIMD targets compiled in that this CPU runs, best first (the last needs no
+// extension); accumulate_simd uses the first unless a test chooses another by name (the
+// empty name restores the best; an unknown one throws std::invalid_argument).
+std::vector<std::string> usable_simd_targets();
+void choose_simd_target(const std::string& name);
 
 }  // namespace numalign::detail

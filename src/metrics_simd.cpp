@@ -13,9 +13,14 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
+#include "cpu_features.hpp"
 #include "dtype_tables.hpp"
 #include "metrics_internal.hpp"
 
@@ -597,7 +602,14 @@ Partial Accumulate(const MetricsInput& in, const MetricOptions& opt, std::uint64
   return p;
 }
 
-const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+// The extensions this target was compiled for: the CPU must have all of them.
+const char* TargetFeatures() {
+#ifdef HWY_TARGET_STR
+  return HWY_TARGET_STR;
+#else
+  return "";
+#endif
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace numalign::detail
@@ -607,19 +619,88 @@ HWY_AFTER_NAMESPACE();
 namespace numalign {
 namespace detail {
 
-HWY_EXPORT(Accumulate);
-HWY_EXPORT(TargetName);
+namespace {
+
+// Our own dispatch rather than HWY_DYNAMIC_DISPATCH, which would link every process to
+// libhwy.so, whose load-time initializer (a timer calibration) adds about 10 ms to each
+// run of the CLI. A target is usable when this CPU supports every extension of the
+// attribute Highway compiled it with, which bounds the instructions it can contain.
+struct SimdTarget {
+  const char* name;
+  const char* features;
+  Partial (*accumulate)(const MetricsInput&, const MetricOptions&, std::uint64_t, std::uint64_t);
+};
+
+#define NUMALIGN_SIMD_TARGET(T) \
+  SimdTarget { hwy::TargetName(HWY_##T), N_##T::TargetFeatures(), &N_##T::Accumulate }
+
+// Compiled targets, best first; the last one needs no extension.
+std::vector<SimdTarget> compiled_targets() {
+  std::vector<SimdTarget> all;
+#if HWY_ARCH_X86
+#if HWY_TARGETS & HWY_AVX3
+  all.push_back(NUMALIGN_SIMD_TARGET(AVX3));
+#endif
+#if HWY_TARGETS & HWY_AVX2
+  all.push_back(NUMALIGN_SIMD_TARGET(AVX2));
+#endif
+#if HWY_TARGETS & HWY_SSE4
+  all.push_back(NUMALIGN_SIMD_TARGET(SSE4));
+#endif
+#if HWY_TARGETS & HWY_SSSE3
+  all.push_back(NUMALIGN_SIMD_TARGET(SSSE3));
+#endif
+#endif
+  // The baseline every build has (SCALAR or EMU128 on x86 without -march flags).
+  all.push_back({hwy::TargetName(HWY_STATIC_TARGET), HWY_STATIC_DISPATCH(TargetFeatures)(),
+                 &HWY_STATIC_DISPATCH(Accumulate)});
+  return all;
+}
+
+#undef NUMALIGN_SIMD_TARGET
+
+const std::vector<SimdTarget>& usable_targets() {
+  static const std::vector<SimdTarget> usable = [] {
+    std::vector<SimdTarget> out;
+    for (const SimdTarget& t : compiled_targets()) {
+      if (cpu_supports_all(t.features)) out.push_back(t);
+    }
+    return out;
+  }();
+  return usable;
+}
+
+// Index into usable_targets(): 0, the best, unless a test chose another.
+std::atomic<std::size_t> chosen_target{0};
+
+}  // namespace
 
 Partial accumulate_simd(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
                         std::uint64_t end) {
-  return HWY_DYNAMIC_DISPATCH(Accumulate)(in, opt, begin, end);
+  return usable_targets()[chosen_target.load(std::memory_order_relaxed)].accumulate(in, opt, begin,
+                                                                                    end);
 }
 
-const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+std::vector<std::string> usable_simd_targets() {
+  std::vector<std::string> names;
+  for (const SimdTarget& t : usable_targets()) names.push_back(t.name);
+  return names;
+}
+
+void choose_simd_target(const std::string& name) {
+  const auto& usable = usable_targets();
+  for (std::size_t i = 0; i < usable.size(); ++i) {
+    if (name.empty() ? i == 0 : name == usable[i].name) {
+      chosen_target = i;
+      return;
+    }
+  }
+  throw std::invalid_argument("no usable SIMD target named " + name);
+}
 
 }  // namespace detail
 
-std::string simd_target() { return detail::simd_target_name(); }
+std::string simd_target() { return detail::usable_targets()[detail::chosen_target.load()].name; }
 
 }  // namespace numalign
 #endif  // HWY_ONCE

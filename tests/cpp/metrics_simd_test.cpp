@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -214,11 +215,6 @@ void expect_partials_agree(const Partial& simd, const Partial& scalar, const Abs
   expect_sums_agree(simd.err_sum.value(), scalar.err_sum.value(), abs.err, at + " err_sum");
 }
 
-// Every SIMD target compiled in and supported by this CPU.
-std::vector<std::int64_t> simd_targets() {
-  hwy::SetSupportedTargetsForTest(0);
-  return hwy::SupportedAndGeneratedTargets();
-}
 
 // Compares the two paths on [begin, end) for every tail length near a block boundary, on
 // every SIMD target, both equal_nan settings, with and without a truth.
@@ -230,13 +226,12 @@ void check_case(const Case& c, double tol) {
     if (len <= n) ranges.push_back({n - len, n});  // tails short of a vector or block
   }
   if (n > 3) ranges.push_back({1, n - 2});  // a start that is not vector aligned
-  const std::vector<std::int64_t> targets = simd_targets();
+  const std::vector<std::string> targets = detail::usable_simd_targets();
   ASSERT_FALSE(targets.empty());
   for (auto [begin, end] : ranges) {
     const AbsSums abs = abs_sums(c, begin, end);
-    for (std::int64_t target : targets) {
-      hwy::SetSupportedTargetsForTest(target);
-      const std::string target_name = hwy::TargetName(target);
+    for (const std::string& target_name : targets) {
+      detail::choose_simd_target(target_name);
       ASSERT_EQ(simd_target(), target_name) << "the dispatch did not follow the target";
       for (bool equal_nan : {false, true}) {
         const MetricOptions opt{.tol = tol, .equal_nan = equal_nan};
@@ -258,9 +253,22 @@ void check_case(const Case& c, double tol) {
       }
       if (::testing::Test::HasFailure()) break;  // one case's report, not thousands
     }
-    hwy::SetSupportedTargetsForTest(0);
+    detail::choose_simd_target("");
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+// Our dispatch reads CPUID itself (to keep libhwy.so out of every process): it must find
+// exactly the targets Highway's own detection finds on this machine.
+TEST(MetricsSimdTest, UsableTargetsAreThoseHighwayDetects) {
+  std::vector<std::string> highway;
+  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    highway.push_back(hwy::TargetName(target));
+  }
+  EXPECT_EQ(detail::usable_simd_targets(), highway);
+  EXPECT_EQ(simd_target(), highway.front());
+  EXPECT_THROW(detail::choose_simd_target("NO_SUCH_TARGET"), std::invalid_argument);
+  EXPECT_EQ(simd_target(), highway.front()) << "a failed choice left the dispatch as it was";
 }
 
 TEST(MetricsSimdTest, EveryPatternOfTheSmallFormatsAgreesWithScalar) {
