@@ -74,7 +74,7 @@ bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
 }
 
 struct RawEntry {
-  std::string name;
+  std::string_view name;  // into the parsed header
   DType dtype;
   Shape shape;
   std::uint64_t begin, end;
@@ -147,9 +147,13 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
   if (doc.get(root)) fail(label, "header is not a JSON object");
 
   std::vector<RawEntry> raw;
+  raw.reserve(root.size());
   bool seen_metadata = false;
   std::map<std::string, std::string> file_metadata;
   std::unordered_set<std::string_view> names;
+  names.reserve(root.size());
+  std::string_view last_dtype_name;
+  DType last_dtype = DType::F32;
   for (auto field : root) {
     const std::string_view key = field.key;
     if (key == "__metadata__") {
@@ -165,19 +169,37 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
       fail(label, tensor_named(key) + ": name has a NUL byte");
     simdjson::dom::object entry;
     if (field.value.get(entry)) fail(label, tensor_named(key) + ": entry is not an object");
-    RawEntry e{std::string(key), DType::F32, {}, 0, 0};
-    simdjson::dom::element dtype_el, shape_el, offsets_el;
-    if (entry["dtype"].get(dtype_el)) fail(label, tensor_named(key) + ": entry has no \"dtype\"");
-    if (entry["shape"].get(shape_el)) fail(label, tensor_named(key) + ": entry has no \"shape\"");
-    if (entry["data_offsets"].get(offsets_el))
-      fail(label, tensor_named(key) + ": entry has no \"data_offsets\"");
+    RawEntry e{key, DType::F32, {}, 0, 0};
+    // One pass over the entry's fields (the first of a repeated field counts).
+    simdjson::dom::element fields[3];
+    bool found[3] = {false, false, false};
+    constexpr std::string_view kFields[3] = {"dtype", "shape", "data_offsets"};
+    for (auto f : entry) {
+      for (int i = 0; i < 3; ++i) {
+        if (!found[i] && f.key == kFields[i]) {
+          fields[i] = f.value;
+          found[i] = true;
+        }
+      }
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (!found[i])
+        fail(label, tensor_named(key) + ": entry has no \"" + std::string(kFields[i]) + "\"");
+    }
+    const auto& [dtype_el, shape_el, offsets_el] = fields;
     std::string_view dtype_name;
     if (dtype_el.get(dtype_name)) fail(label, tensor_named(key) + ": dtype is not a string");
-    const auto dt = dtype_from_name(dtype_name);
-    if (!dt) fail(label, tensor_named(key) + ": unknown dtype " + json_quoted(dtype_name));
-    e.dtype = *dt;
+    // Most headers hold one or two dtypes: the last one found is checked first.
+    if (dtype_name != last_dtype_name) {
+      const auto dt = dtype_from_name(dtype_name);
+      if (!dt) fail(label, tensor_named(key) + ": unknown dtype " + json_quoted(dtype_name));
+      last_dtype_name = dtype_name;
+      last_dtype = *dt;
+    }
+    e.dtype = last_dtype;
     simdjson::dom::array shape_arr, offsets_arr;
     if (shape_el.get(shape_arr)) fail(label, tensor_named(key) + ": shape is not an array");
+    e.shape.reserve(shape_arr.size());
     for (auto d : shape_arr) e.shape.push_back(read_u64(d, key, label, "shape"));
     if (offsets_el.get(offsets_arr) || offsets_arr.size() != 2) {
       fail(label, tensor_named(key) + ": data_offsets must be [begin, end]");
@@ -186,14 +208,21 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
     e.end = read_u64(offsets_arr.at(1).value_unsafe(), key, label, "data_offsets");
     raw.push_back(std::move(e));
   }
-  // Validate the layout as the reference does: sorted by offsets, back to back from 0.
-  std::sort(raw.begin(), raw.end(), [](const RawEntry& a, const RawEntry& b) {
-    return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
-  });
+  // Validate the layout as the reference does: sorted by offsets, back to back from 0. A
+  // permutation is sorted, not the entries (writers mostly list them in offset order).
+  std::vector<std::uint32_t> by_offset(raw.size());
+  for (std::uint32_t i = 0; i < by_offset.size(); ++i) by_offset[i] = i;
+  auto offset_less = [&](std::uint32_t a, std::uint32_t b) {
+    return std::pair(raw[a].begin, raw[a].end) < std::pair(raw[b].begin, raw[b].end);
+  };
+  if (!std::is_sorted(by_offset.begin(), by_offset.end(), offset_less)) {
+    std::sort(by_offset.begin(), by_offset.end(), offset_less);
+  }
   const std::uint64_t data_size = size - 8 - n;
   std::uint64_t expected = 0;
   const std::byte* data = bytes.data() + 8 + n;
-  for (const auto& e : raw) {
+  for (const std::uint32_t k : by_offset) {
+    const RawEntry& e = raw[k];
     if (e.end < e.begin) {
       fail(label, tensor_named(e.name) + ": data_offsets [" + std::to_string(e.begin) + ", " +
                       std::to_string(e.end) + "] end before they begin");
@@ -236,12 +265,16 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
       metadata_ = TraceMetadata::from_json(it->second, label);
     }
   }
-  for (auto& e : raw) {
+  entries_.reserve(entries_.size() + raw.size());
+  index_.reserve(entries_.size() + raw.size());
+  for (const std::uint32_t k : by_offset) {
+    RawEntry& e = raw[k];
     const auto [it, added] = index_.emplace(e.name, entries_.size());
     if (!added) {
       fail(label, tensor_named(e.name) + " is also in " + entries_[it->second].file);
     }
-    entries_.push_back({e.name, TensorView{e.dtype, e.shape, data + e.begin}, label});
+    entries_.push_back(
+        {std::string(e.name), TensorView{e.dtype, std::move(e.shape), data + e.begin}, label});
   }
 }
 
