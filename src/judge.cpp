@@ -3,9 +3,9 @@
 #include "numalign/judge.hpp"
 
 #include <algorithm>
-#include <set>
 
 #include "format.hpp"
+#include "parallel.hpp"
 
 namespace numalign {
 
@@ -108,28 +108,33 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
     input_of.push_back(i);
   }
   MetricOptions mo{options.tol, options.equal_nan};
-  const std::vector<Metrics> metrics = compute_metrics(inputs, mo, options.threads, progress);
+  std::vector<Metrics> metrics = compute_metrics(inputs, mo, options.threads, progress);
+  // Rules run on the same threads as the pass: with many small tensors, formatting each
+  // verdict's reason costs about as much as the pass over its data.
+  std::vector<Verdict> verdicts(inputs.size());
+  detail::parallel_for(inputs.size(), detail::resolve_threads(options.threads), [&](std::size_t k) {
+    verdicts[k] = evaluate(choices[input_of[k]], *inputs[k].test, *inputs[k].ref, inputs[k].truth,
+                           metrics[k], options);
+  });
   bool all_identical = !inputs.empty();
-  std::set<std::string> warned;
+  bool warned_truth = false;
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     TensorResult& r = results[input_of[k]];
-    const Metrics& m = metrics[k];
-    const Verdict v = evaluate(choices[input_of[k]], *inputs[k].test, *inputs[k].ref,
-                               inputs[k].truth, m, options);
+    Verdict& v = verdicts[k];
     r.verdict = v.kind;
-    r.reason = v.reason;
+    r.reason = std::move(v.reason);
     r.ratio = v.ratio;
     r.limit = v.limit;
     r.bias_failed = v.bias_failed;
-    r.metrics = m;
     for (const auto& w : v.warnings) report.warnings.push_back(r.name + ": " + w);
-    all_identical = all_identical && m.bits_differ == 0;
-    if (inputs[k].truth && inputs[k].truth->dtype != DType::F64 && !warned.count("truth")) {
-      warned.insert("truth");
+    all_identical = all_identical && metrics[k].bits_differ == 0;
+    if (inputs[k].truth && inputs[k].truth->dtype != DType::F64 && !warned_truth) {
+      warned_truth = true;
       report.warnings.push_back("truth is not float64 (" +
                                 std::string(name(inputs[k].truth->dtype)) + " in " + r.name +
                                 "): the rmse rule cannot judge against it");
     }
+    r.metrics = std::move(metrics[k]);
   }
   if (all_identical && inputs.size() == tensors.size()) {
     report.warnings.push_back(
@@ -186,21 +191,29 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
                        [&](const std::string& g) { return glob_match(g, n); });
   };
   // Judge in execution order when ref records one, else in file order.
-  std::vector<std::string> names;
-  std::set<std::string> seen;
+  const std::vector<TraceEntry>& ref_entries = ref.entries();
+  std::vector<const TraceEntry*> ordered;
+  ordered.reserve(ref_entries.size());
+  std::vector<bool> placed(ref_entries.size(), false);
+  auto place = [&](const TraceEntry* e) {
+    const auto k = static_cast<std::size_t>(e - ref_entries.data());
+    if (!placed[k]) {
+      placed[k] = true;
+      ordered.push_back(e);
+    }
+  };
   if (ref.metadata()) {
     for (const auto& n : ref.metadata()->order) {
-      if (ref.find(n) && seen.insert(n).second) names.push_back(n);
+      if (const TraceEntry* e = ref.find(n)) place(e);
     }
   }
-  for (const auto& e : ref.entries()) {
-    if (seen.insert(e.name).second) names.push_back(e.name);
-  }
+  for (const auto& e : ref_entries) place(&e);
   std::vector<TensorTriple> triples;
-  for (const auto& n : names) {
+  triples.reserve(ordered.size());
+  for (const TraceEntry* r : ordered) {
+    const std::string& n = r->name;
     if (!selected(n)) continue;
     const TraceEntry* t = test.find(n);
-    const TraceEntry* r = ref.find(n);
     const TraceEntry* u = truth ? truth->find(n) : nullptr;
     triples.push_back({n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr});
   }

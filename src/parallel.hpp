@@ -2,8 +2,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -28,18 +31,26 @@ inline void parallel_for(std::size_t n, int threads, const std::function<void(st
     return;
   }
   std::atomic<std::size_t> next{0};
-  std::atomic<std::size_t> running{workers};
+  std::size_t running = workers;
+  std::mutex mutex;
+  std::condition_variable finished;
   std::vector<std::thread> pool;
   pool.reserve(workers);
   for (std::size_t w = 0; w < workers; ++w) {
     pool.emplace_back([&] {
       for (std::size_t i = next++; i < n; i = next++) task(i);
-      --running;
+      const std::lock_guard<std::mutex> lock(mutex);
+      if (--running == 0) finished.notify_one();
     });
   }
-  while (tick && running.load() > 0) {
-    tick();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (tick) {
+    // Ticks every 50 ms, but returns as soon as the work is done (no sleep to finish).
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!finished.wait_for(lock, std::chrono::milliseconds(50), [&] { return running == 0; })) {
+      lock.unlock();
+      tick();
+      lock.lock();
+    }
   }
   for (auto& t : pool) t.join();
   if (tick) tick();
