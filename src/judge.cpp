@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "format.hpp"
+#include "numalign/divergence.hpp"
 #include "parallel.hpp"
 
 namespace numalign {
@@ -237,6 +238,7 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
   }
   auto meta = [](const Trace* t) { return t && t->metadata() ? &*t->metadata() : nullptr; };
   add_metadata_warnings(meta(&test), meta(&ref), meta(truth), report);
+  if (ref.metadata()) report.first_divergence = find_first_divergence(*ref.metadata(), report);
   return report;
 }
 

@@ -125,6 +125,30 @@ std::string render_summary(const Report& r) {
   return s;
 }
 
+namespace {
+
+// "first divergence, forward: layers.1.mlp.out (module layers.1.mlp): its inputs were
+// aligned, so the module itself is the first to go wrong"
+std::string divergence_line(const char* direction, const std::optional<DivergencePoint>& p) {
+  std::string line = std::string("first divergence, ") + direction + ": ";
+  if (!p) return line + "none (every tensor passes)\n";
+  line += printable(p->tensor) + " (module " +
+          (p->module.empty() ? "(model)" : printable(p->module)) + ")";
+  if (!p->inputs_aligned) return line + ": its inputs are not in the traces\n";
+  if (*p->inputs_aligned) return line + ": its inputs pass, so this module is the culprit\n";
+  std::string which;
+  for (std::size_t i = 0; i < p->failing_inputs.size() && i < 3; ++i)
+    which += (i ? ", " : "") + printable(p->failing_inputs[i]);
+  if (p->failing_inputs.size() > 3) which += ", ...";
+  return line + ": inherited, its inputs already fail (" + which + ")\n";
+}
+
+}  // namespace
+
+std::string divergence_text(const FirstDivergence& d) {
+  return divergence_line("forward", d.forward) + divergence_line("backward", d.backward);
+}
+
 std::string render_text(const Report& report, bool verbose) {
   std::string out;
   out += "numalign judge\n";
@@ -136,6 +160,7 @@ std::string render_text(const Report& report, bool verbose) {
   }
   if (!report.settings.empty()) out += "  settings: " + report.settings + "\n";
   out += "\n";
+  if (report.first_divergence) out += divergence_text(*report.first_divergence) + "\n";
   constexpr std::size_t kName = 38;
   out += "verdict  " + fit("tensor", kName) + " " + fit("rule", 9) + pad_left("ratio", 10) +
          pad_left("limit", 8) + pad_left("max ulp", 9) + pad_left("diff %", 8) + "\n";
@@ -336,6 +361,33 @@ std::string render_json(const Report& report) {
   w.key("warnings").begin_array();
   for (const auto& s : report.warnings) w.string(s);
   w.end_array();
+  if (report.first_divergence) {
+    w.key("first_divergence").begin_object();
+    const std::pair<const char*, const std::optional<DivergencePoint>*> directions[] = {
+        {"forward", &report.first_divergence->forward},
+        {"backward", &report.first_divergence->backward}};
+    for (const auto& [direction, point] : directions) {
+      w.key(direction);
+      if (!*point) {
+        w.null();
+        continue;
+      }
+      const DivergencePoint& p = **point;
+      w.begin_object();
+      w.key("tensor").string(p.tensor);
+      w.key("module").string(p.module);
+      w.key("inputs_aligned");
+      if (p.inputs_aligned)
+        w.boolean(*p.inputs_aligned);
+      else
+        w.null();
+      w.key("failing_inputs").begin_array();
+      for (const auto& n : p.failing_inputs) w.string(n);
+      w.end_array();
+      w.end_object();
+    }
+    w.end_object();
+  }
   w.key("tensors").begin_array();
   for (const auto& r : report.tensors) write_tensor(w, r);
   w.end_array();

@@ -390,6 +390,15 @@ std::string TraceMetadata::to_json() const {
     for (const auto& [k, v] : fingerprints) w.key(k).string(v);
     w.end_object();
   }
+  if (!inputs.empty()) {
+    w.key("inputs").begin_object();
+    for (const auto& [name, from] : inputs) {
+      w.key(name).begin_array();
+      for (const auto& n : from) w.string(n);
+      w.end_array();
+    }
+    w.end_object();
+  }
   w.end_object();
   return w.take();
 }
@@ -450,6 +459,16 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
       if (f.value.get(obj)) fail(where, ctx + ": tags must be an object");
       for (auto g : obj)
         m.tags[std::string(g.key)] = string_map(g.value, "tags." + std::string(g.key));
+    } else if (k == "inputs") {
+      simdjson::dom::object obj;
+      if (f.value.get(obj)) fail(where, ctx + ": inputs must be an object of name arrays");
+      for (auto g : obj) {
+        simdjson::dom::array arr;
+        const std::string what = "inputs." + std::string(g.key);
+        if (g.value.get(arr)) fail(where, ctx + ": " + what + " must be an array of names");
+        auto& from = m.inputs[std::string(g.key)];
+        for (auto v : arr) from.push_back(need_string(v, what + "[]"));
+      }
     }
     // Unknown fields are tolerated: newer writers may add some.
   }

@@ -26,11 +26,27 @@ struct TensorResult {
   std::size_t order = 0;  // position in the reference trace
 };
 
+// Where a run first goes wrong, in one direction of execution (forward or backward).
+struct DivergencePoint {
+  std::string tensor;  // the first failing tensor in that order
+  std::string module;  // the module that produced it ("" for the model itself)
+  // Whether every tensor it was computed from passed: true, the module is the culprit;
+  // false, it inherited the error; empty when the trace records none of its inputs.
+  std::optional<bool> inputs_aligned;
+  std::vector<std::string> failing_inputs;
+};
+
+struct FirstDivergence {
+  std::optional<DivergencePoint> forward, backward;  // empty: nothing fails that way
+};
+
 struct Report {
   std::string title;     // "test.safetensors vs ref.safetensors (truth: truth.safetensors)"
   std::string settings;  // "rule rmse, tol 1e-04"
   std::vector<TensorResult> tensors;
   std::vector<std::string> warnings;
+  // Present when the reference trace records modules and execution order.
+  std::optional<FirstDivergence> first_divergence;
 
   std::size_t count(VerdictKind k) const;
   bool aligned() const { return count(VerdictKind::kFail) == 0 && count(VerdictKind::kError) == 0; }
@@ -44,6 +60,9 @@ struct Report {
 double severity(const TensorResult& r);
 
 std::string render_text(const Report& report, bool verbose = false);
+// Two lines, forward and backward: the first failing tensor, its module, and whether its
+// inputs passed (the module is the culprit) or not (it inherited the error).
+std::string divergence_text(const FirstDivergence& d);
 // The verdict line that ends the text report: "ALIGNED: 3 of 3 tensors pass".
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);

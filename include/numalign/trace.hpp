@@ -30,6 +30,9 @@ struct TraceMetadata {
   std::vector<std::string> order;                                  // execution order of the tensors
   std::map<std::string, std::map<std::string, std::string>> tags;  // name -> {module, kind}
   std::map<std::string, std::string> fingerprints;                 // input -> hash
+  // tensor -> the tensors it was computed from (a module's inputs; for a gradient, the
+  // gradients it received and its module's forward inputs)
+  std::map<std::string, std::vector<std::string>> inputs;
 
   std::string to_json() const;
   // Throws Error(where, ...) on invalid JSON or fields of the wrong type.

@@ -11,6 +11,7 @@
 #include <memory>
 #include <variant>
 
+#include "numalign/divergence.hpp"
 #include "numalign/error.hpp"
 #include "numalign/judge.hpp"
 #include "numalign/trace.hpp"
@@ -131,6 +132,7 @@ NB_MODULE(_core, m) {
         }
         add_metadata_warnings(meta[0] ? &*meta[0] : nullptr, meta[1] ? &*meta[1] : nullptr,
                               meta[2] ? &*meta[2] : nullptr, report);
+        if (meta[1]) report.first_divergence = find_first_divergence(*meta[1], report);
         return report;
       },
       "items"_a, "tol"_a = 1e-4, "equal_nan"_a = false, "larger_multiplier_for_small"_a = false,

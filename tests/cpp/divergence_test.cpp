@@ -1,0 +1,144 @@
+// divergence_test.cpp: the first divergence of a run, forward and backward, from the
+// execution order, module tags and inputs of the reference's metadata.
+#include "numalign/divergence.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "numalign/judge.hpp"
+
+namespace numalign {
+namespace {
+
+// A chain of modules a -> b -> c in forward, their gradients in backward. The tensors
+// named in `bad` differ between test and ref; everything else is equal.
+class DivergenceTest : public ::testing::Test {
+ protected:
+  Report judge_run(const std::vector<std::string>& names, const std::vector<std::string>& bad) {
+    std::vector<TensorTriple> triples;
+    for (const auto& n : names) {
+      const bool differs = std::find(bad.begin(), bad.end(), n) != bad.end();
+      const TensorView* r = view({1.0f, 2.0f, 3.0f});
+      const TensorView* t = view({1.0f, 2.0f, differs ? 4.0f : 3.0f});
+      triples.push_back({n, t, r, nullptr});
+    }
+    JudgeOptions o;
+    o.default_rule = parse_rule("exact");
+    return judge_tensors(triples, o);
+  }
+
+  static TraceMetadata chain() {
+    TraceMetadata m;
+    m.order = {"a.in",       "a.out",  "b.out",  "c.out",  "out",
+               "c.grad_out", "c.grad", "b.grad", "a.grad", "grad.param.b.weight"};
+    auto tag = [&](const std::string& n, const std::string& module, const std::string& kind) {
+      m.tags[n] = {{"module", module}, {"kind", kind}};
+    };
+    tag("a.in", "a", "input");
+    tag("a.out", "a", "output");
+    tag("b.out", "b", "output");
+    tag("c.out", "c", "output");
+    tag("out", "", "output");
+    tag("c.grad_out", "c", "grad-output");
+    tag("c.grad", "c", "grad");
+    tag("b.grad", "b", "grad");
+    tag("a.grad", "a", "grad");
+    tag("grad.param.b.weight", "b", "param-grad");
+    m.inputs = {{"a.out", {"a.in"}},
+                {"b.out", {"a.out"}},
+                {"c.out", {"b.out"}},
+                {"out", {"c.out"}},
+                {"c.grad", {"c.grad_out", "b.out"}},
+                {"b.grad", {"c.grad", "a.out"}},
+                {"a.grad", {"b.grad", "a.in"}}};
+    return m;
+  }
+
+  const TensorView* view(std::vector<float> values) {
+    auto& bytes = storage_.emplace_back(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return &views_.emplace_back(
+        TensorView{DType::F32, {static_cast<std::uint64_t>(values.size())}, bytes.data()});
+  }
+
+  std::deque<std::vector<std::byte>> storage_;
+  std::deque<TensorView> views_;
+};
+
+TEST_F(DivergenceTest, TheFirstFailingModuleWithAlignedInputsIsTheCulprit) {
+  const TraceMetadata m = chain();
+  // b goes wrong; c, the output and every gradient inherit it.
+  const Report r = judge_run(m.order, {"b.out", "c.out", "out", "c.grad", "b.grad", "a.grad"});
+  const auto d = find_first_divergence(m, r);
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->forward);
+  EXPECT_EQ(d->forward->tensor, "b.out");
+  EXPECT_EQ(d->forward->module, "b");
+  EXPECT_EQ(d->forward->inputs_aligned, true);
+  EXPECT_TRUE(d->forward->failing_inputs.empty());
+  // Backward, c's gradient fails first, but c's forward input (b.out) already failed.
+  ASSERT_TRUE(d->backward);
+  EXPECT_EQ(d->backward->tensor, "c.grad");
+  EXPECT_EQ(d->backward->inputs_aligned, false);
+  EXPECT_EQ(d->backward->failing_inputs, std::vector<std::string>{"b.out"});
+}
+
+TEST_F(DivergenceTest, ABackwardOnlyBugIsFoundInBackwardOrder) {
+  const TraceMetadata m = chain();
+  const Report r = judge_run(m.order, {"b.grad", "a.grad"});
+  const auto d = find_first_divergence(m, r);
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->forward) << "every forward tensor passes";
+  ASSERT_TRUE(d->backward);
+  EXPECT_EQ(d->backward->tensor, "b.grad");
+  EXPECT_EQ(d->backward->module, "b");
+  EXPECT_EQ(d->backward->inputs_aligned, true);
+}
+
+TEST_F(DivergenceTest, InputsMissingFromTheTracesLeaveTheQuestionOpen) {
+  TraceMetadata m = chain();
+  m.inputs["a.out"] = {"not.recorded"};
+  const Report r = judge_run(m.order, {"a.out"});
+  const auto d = find_first_divergence(m, r);
+  ASSERT_TRUE(d && d->forward);
+  EXPECT_EQ(d->forward->tensor, "a.out");
+  EXPECT_FALSE(d->forward->inputs_aligned.has_value());
+}
+
+TEST_F(DivergenceTest, NoModuleTagsMeansNoDivergenceSection) {
+  TraceMetadata m;
+  m.order = {"x", "y"};
+  const Report r = judge_run(m.order, {"y"});
+  EXPECT_FALSE(find_first_divergence(m, r));
+}
+
+TEST_F(DivergenceTest, ReportsShowItBeforeTheTableAndInJson) {
+  const TraceMetadata m = chain();
+  Report r = judge_run(m.order, {"b.out", "c.out"});
+  r.first_divergence = find_first_divergence(m, r);
+  const std::string text = render_text(r);
+  const auto line = text.find("first divergence, forward: b.out (module b): its inputs pass");
+  ASSERT_NE(line, std::string::npos) << text;
+  EXPECT_LT(line, text.find("verdict  tensor")) << "before the table";
+  EXPECT_NE(text.find("first divergence, backward: none"), std::string::npos) << text;
+  const std::string json = render_json(r);
+  EXPECT_NE(json.find(R"("first_divergence":{"forward":{"tensor":"b.out","module":"b",)"
+                      R"("inputs_aligned":true,"failing_inputs":[]},"backward":null})"),
+            std::string::npos)
+      << json;
+}
+
+TEST_F(DivergenceTest, InputsSurviveTheMetadataRoundTrip) {
+  const TraceMetadata m = chain();
+  const TraceMetadata back = TraceMetadata::from_json(m.to_json(), "test");
+  EXPECT_EQ(back.inputs, m.inputs);
+  EXPECT_EQ(back.tags, m.tags);
+  EXPECT_THROW(TraceMetadata::from_json(R"({"inputs":{"a":"b"}})", "test"), Error);
+}
+
+}  // namespace
+}  // namespace numalign
