@@ -25,15 +25,21 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
     const auto it = verdict.find(n);
     return it != verdict.end() && it->second != VerdictKind::kPass;
   };
-  auto first_of_kind = [&](std::string_view kind, bool& any) -> std::optional<DivergencePoint> {
+  // Forward: what modules received and produced; backward: the gradients they received
+  // and passed on. Everything recorded before the first failure passed.
+  auto first_failing = [&](std::string_view received, std::string_view produced,
+                           bool& any) -> std::optional<DivergencePoint> {
     for (const auto& n : ref.order) {
       const std::string* k = tag(ref, n, "kind");
-      if (!k || *k != kind || !verdict.count(n)) continue;
+      if (!k || (*k != received && *k != produced) || !verdict.count(n)) continue;
       any = true;
       if (!failed(n)) continue;
       DivergencePoint p;
       p.tensor = n;
-      if (const std::string* m = tag(ref, n, "module")) p.module = *m;
+      // A module's input (or received gradient) was computed by the code around it.
+      const std::string* by = tag(ref, n, "producer");
+      if (!by) by = tag(ref, n, "module");
+      if (by) p.module = *by;
       if (const auto in = ref.inputs.find(n); in != ref.inputs.end()) {
         // An input the judge never saw (not in the traces) cannot be called aligned.
         bool known = true;
@@ -52,8 +58,8 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
   };
   bool any_forward = false, any_backward = false;
   FirstDivergence d;
-  d.forward = first_of_kind("output", any_forward);
-  d.backward = first_of_kind("grad", any_backward);
+  d.forward = first_failing("input", "output", any_forward);
+  d.backward = first_failing("grad-output", "grad", any_backward);
   if (!any_forward && !any_backward) return std::nullopt;
   return d;
 }

@@ -57,15 +57,14 @@ def _upstream_grad(out: torch.Tensor, name: str, seed: int) -> torch.Tensor:
     return torch.randn(out.shape, dtype=torch.float64, generator=g).to(out.dtype).to(out.device)
 
 
-def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu") -> Trace:
-    """Runs ``fn(*inputs)`` (or ``fn(**inputs)`` for a dict) in ``dtype`` on ``device``, then
-    backward with fixed upstream gradients; returns a Trace of ``out.*``, ``grad.input.*`` and
-    ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched."""
-    is_module = isinstance(fn, torch.nn.Module)
+def _prepare(fn, inputs, dtype, device):
+    """(callable, module copy or None, cast inputs, fingerprints): a module is deep-copied
+    with its floating parameters cast, so the caller's model is left untouched."""
     inputs_list = inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
     fingerprints = {f"input.{k}": fingerprint(v) for k, v in flatten(inputs_list).items()
                     if isinstance(v, torch.Tensor)}
-    if is_module:
+    module = None
+    if isinstance(fn, torch.nn.Module):
         for name, p in fn.named_parameters():
             fingerprints[f"param.{name}"] = fingerprint(p)
         module = copy.deepcopy(fn).to(device)
@@ -73,35 +72,97 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu") -> Trace:
             if p.is_floating_point():
                 p.data = p.data.to(dtype)
         module.zero_grad(set_to_none=True)
-        call = module
-    else:
-        module, call = None, fn
-    args = _cast(inputs_list, dtype, device)
-    with tf32_off():
-        tf32 = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
-        result = call(**args) if isinstance(args, dict) else call(*args)
-        outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
-        grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
-        if grads_for:
-            torch.autograd.backward([o for _, o in grads_for],
-                                    [_upstream_grad(o, n, seed) for n, o in grads_for])
-    tensors = {n: o.detach() for n, o in outputs.items()}
+        fn = module
+    return fn, module, _cast(inputs_list, dtype, device), fingerprints
+
+
+def _forward_backward(call, args, seed):
+    """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}."""
+    result = call(**args) if isinstance(args, dict) else call(*args)
+    outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
+    grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
+    if grads_for:
+        torch.autograd.backward([o for _, o in grads_for],
+                                [_upstream_grad(o, n, seed) for n, o in grads_for])
+    return outputs
+
+
+def _end_grads(args, module):
+    """{name: grad} of the inputs and parameters after backward."""
+    grads = {}
     for k, v in flatten(args).items():
         if isinstance(v, torch.Tensor) and v.grad is not None:
-            tensors[f"grad.input.{k}"] = v.grad.detach()
+            grads[f"grad.input.{k}"] = v.grad.detach()
     if module is not None:
         for name, p in module.named_parameters():
             if p.grad is not None:
-                tensors[f"grad.param.{name}"] = p.grad.detach()
-    metadata = {
+                grads[f"grad.param.{name}"] = p.grad.detach()
+    return grads
+
+
+def _metadata(dtype, device, seed, fingerprints, order, tags, inputs=None):
+    meta = {
         "dtype_recipe": str(dtype).replace("torch.", ""),
         "device": str(device),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
-        "tf32": tf32,
+        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                 "cudnn": torch.backends.cudnn.allow_tf32},
         "seed": seed,
-        "order": list(tensors),
-        "tags": {n: {"kind": "output" if n.startswith("out") else
-                     "input-grad" if n.startswith("grad.input") else "param-grad"} for n in tensors},
+        "order": order,
+        "tags": tags,
         "fingerprints": fingerprints,
     }
+    if inputs:
+        meta["inputs"] = inputs
+    return meta
+
+
+def _kind_of(name):
+    return ("output" if name.startswith("out") else
+            "input-grad" if name.startswith("grad.input") else "param-grad")
+
+
+def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu") -> Trace:
+    """Runs ``fn(*inputs)`` (or ``fn(**inputs)`` for a dict) in ``dtype`` on ``device``, then
+    backward with fixed upstream gradients; returns a Trace of ``out.*``, ``grad.input.*`` and
+    ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched."""
+    call, module, args, fingerprints = _prepare(fn, inputs, dtype, device)
+    with tf32_off():
+        outputs = _forward_backward(call, args, seed)
+        tensors = {n: o.detach() for n, o in outputs.items()}
+        tensors.update(_end_grads(args, module))
+        metadata = _metadata(dtype, device, seed, fingerprints, list(tensors),
+                             {n: {"kind": _kind_of(n)} for n in tensors})
     return Trace(tensors, metadata=metadata)
+
+
+def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=None,
+                device="cpu") -> Trace:
+    """Runs ``model`` forward and backward like ``run_fwd_bwd`` and records every selected
+    submodule on the way: its inputs (``PATH.in``), outputs (``PATH.out``), the gradients it
+    passes upstream (``PATH.grad``) and those it received (``PATH.grad_out``); a module
+    called again gets a call index (``layers.0.attn#1.out``). ``modules``: globs on module
+    paths (default all). The trace keeps execution order and, per tensor, its module, kind
+    and call, and what it was computed from, so a judgement can name the first module to
+    go wrong. With ``save_to``, tensors stream to that file as they are produced (memory
+    stays bounded by the largest tensor) and the returned Trace maps it."""
+    from ._module_hooks import ModuleRecorder
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
+    call, module, args, fingerprints = _prepare(model, inputs, dtype, device)
+    recorder = ModuleRecorder(module, modules, save_to)
+    try:
+        with tf32_off(), recorder.hooked():
+            outputs = _forward_backward(call, args, seed)
+            for n, o in outputs.items():
+                recorder.record(n, o, module="", kind="output")
+            for n, g in _end_grads(args, module).items():
+                owner = n[len("grad.param."):].rpartition(".")[0] if n.startswith("grad.param.") else ""
+                recorder.record(n, g, module=owner, kind=_kind_of(n))
+            metadata = _metadata(dtype, device, seed, fingerprints, recorder.order, recorder.tags,
+                                 recorder.inputs)
+    except BaseException:
+        recorder.abort()
+        raise
+    return recorder.finish(metadata)

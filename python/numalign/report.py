@@ -36,6 +36,15 @@ class Report:
         return list(self._data["warnings"])
 
     @property
+    def first_divergence(self):
+        """``{"forward": point, "backward": point}`` for traces that record modules (from
+        ``capture.trace_model``), each point ``None`` or ``{"tensor", "module",
+        "inputs_aligned", "failing_inputs"}``: the first failing tensor in that direction
+        and whether its inputs passed (True: its module is the culprit; False: inherited;
+        None: not recorded). ``None`` when the traces record no modules."""
+        return self._data.get("first_divergence")
+
+    @property
     def tensors(self) -> list:
         """One dict per tensor (JSON field names), failures first."""
         return self._data["tensors"]

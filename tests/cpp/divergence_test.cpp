@@ -99,6 +99,18 @@ TEST_F(DivergenceTest, ABackwardOnlyBugIsFoundInBackwardOrder) {
   EXPECT_EQ(d->backward->inputs_aligned, true);
 }
 
+TEST_F(DivergenceTest, AnInputComputedBetweenModulesNamesTheCodeAroundThem) {
+  TraceMetadata m = chain();
+  m.tags["a.in"]["producer"] = "";  // computed by the model's own code, outside any module
+  m.inputs["a.in"] = {};
+  const Report r = judge_run(m.order, {"a.in", "a.out", "b.out"});
+  const auto d = find_first_divergence(m, r);
+  ASSERT_TRUE(d && d->forward);
+  EXPECT_EQ(d->forward->tensor, "a.in");
+  EXPECT_EQ(d->forward->module, "");
+  EXPECT_EQ(d->forward->inputs_aligned, true);
+}
+
 TEST_F(DivergenceTest, InputsMissingFromTheTracesLeaveTheQuestionOpen) {
   TraceMetadata m = chain();
   m.inputs["a.out"] = {"not.recorded"};

@@ -215,7 +215,6 @@ void expect_partials_agree(const Partial& simd, const Partial& scalar, const Abs
   expect_sums_agree(simd.err_sum.value(), scalar.err_sum.value(), abs.err, at + " err_sum");
 }
 
-
 // Compares the two paths on [begin, end) for every tail length near a block boundary, on
 // every SIMD target, both equal_nan settings, with and without a truth.
 void check_case(const Case& c, double tol) {

@@ -44,6 +44,8 @@ def test_report_excerpt_matches_real_output(cli, examples, monkeypatch):
 def test_python_examples_run_in_order(tmp_path, monkeypatch):
     """Every ```python block of the README runs, in order, in one namespace."""
     monkeypatch.chdir(tmp_path)
+    # The README's paths are relative to the repository root, where a reader runs them.
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "transformer"))
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
     assert len(blocks) >= 2
     namespace = {}
