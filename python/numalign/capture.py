@@ -166,3 +166,8 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
         recorder.abort()
         raise
     return recorder.finish(metadata)
+
+
+# isolate() lives in isolation.py (it judges); imported here so users find it next to
+# trace_model. At the end: isolation.py imports this module's helpers.
+from .isolation import isolate  # noqa: E402,F401

@@ -11,6 +11,8 @@ class Report:
     def __init__(self, core):
         self._core = core
         self._parsed = None
+        # Set by capture.isolate(): modules by their own worst ratio / limit, worst first.
+        self.ranking = None
 
     @property
     def _data(self) -> dict:
@@ -68,7 +70,19 @@ class Report:
         return self._core.text(verbose)
 
     def __str__(self) -> str:
-        return self._core.text(False)
+        return self._ranking_text() + self._core.text(False)
+
+    def _ranking_text(self) -> str:
+        if not self.ranking:
+            return ""
+        lines = ["modules in isolation (each on the truth's inputs), worst first:"]
+        for i, e in enumerate(self.ranking, 1):
+            ratio = "-" if e["ratio"] is None else f"{e['ratio']:.4g}"
+            limit = "-" if e["limit"] is None else f"{e['limit']:.4g}"
+            verdict = "pass" if e["aligned"] else "FAIL"
+            lines.append(f"  {i:>3}. {verdict:<4}  {e['module'] or '(model)'}  ratio {ratio} / "
+                         f"limit {limit}  ({e['tensor']})")
+        return "\n".join(lines) + "\n\n"
 
     def __repr__(self) -> str:
         s = self.summary

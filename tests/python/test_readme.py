@@ -41,13 +41,19 @@ def test_report_excerpt_matches_real_output(cli, examples, monkeypatch):
             assert line in proc.stdout.splitlines(), line
 
 
-def test_python_examples_run_in_order(tmp_path, monkeypatch):
-    """Every ```python block of the README runs, in order, in one namespace."""
+def test_python_examples_run_in_order(tmp_path, monkeypatch, capsys):
+    """Every ```python block of the README runs, in order, in one namespace; where the README
+    shows what a block prints, the block prints exactly that."""
     monkeypatch.chdir(tmp_path)
     # The README's paths are relative to the repository root, where a reader runs them.
     monkeypatch.syspath_prepend(str(ROOT / "examples" / "transformer"))
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```(?:\n\nprints\n\n```\n(.*?)```)?",
+                        (ROOT / "README.md").read_text(), flags=re.S)
     assert len(blocks) >= 2
+    assert any(shown for _, shown in blocks), "some block shows its output"
     namespace = {}
-    for block in blocks:
+    for block, shown in blocks:
+        capsys.readouterr()
         exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+        if shown:
+            assert capsys.readouterr().out.strip() == shown.strip()
