@@ -4,7 +4,7 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev libhwy-dev libbenchmark-dev clang-format \
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev chromium
 .PHONY: deps deps-apt deps-python build install-python demo test test-cpp test-sanitize test-python \
   build-fuzz fuzz fuzz-smoke bench bench-smoke format clean
 

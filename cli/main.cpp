@@ -69,7 +69,7 @@ struct CommonOptions {
 void add_output_options(CLI::App* cmd, CommonOptions& c) {
   cmd->add_option("--only", c.only, "judge only tensors matching this glob (repeatable)");
   cmd->add_option("--format", c.format, "report format")
-      ->check(CLI::IsMember({"text", "json", "junit"}))
+      ->check(CLI::IsMember({"text", "json", "junit", "html"}))
       ->capture_default_str();
   cmd->add_option("-o,--output", c.output, "write the report here (atomically) instead of stdout");
   cmd->add_flag("-v,--verbose", c.verbose, "list every tensor with its reason");
@@ -94,6 +94,7 @@ void apply_rules(const std::vector<std::string>& rules, JudgeOptions& o) {
 int emit(const Report& report, const CommonOptions& c) {
   std::string text = c.format == "json"    ? render_json(report)
                      : c.format == "junit" ? render_junit(report)
+                     : c.format == "html"  ? render_html(report)
                                            : render_text(report, c.verbose);
   write_file_atomic(c.output, text);
   if (c.output != "-" && c.format != "text") {
@@ -269,6 +270,7 @@ int main(int argc, char** argv) {
       if (!common.policy.empty()) load_policy(common.policy, options);
       apply_rules(common.rules, options);
       options.threads = common.threads;
+      options.magnitude_profile = common.format == "html";  // the page charts it
       check_override_reasons(options);
       // The three headers parse at once (a header can list tens of thousands of tensors);
       // errors still surface in argument order, as a sequential open would report them.

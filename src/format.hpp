@@ -9,5 +9,8 @@ namespace numalign::detail {
 std::string format_number(double v);
 // Shortest text that reads back as the same double (JSON); "null" for NaN and inf.
 std::string json_number(double v);
+// Text for XML and HTML: & < > " ' as entities, control characters (but tab, newline, CR)
+// as \xNN.
+std::string markup_escape(const std::string& s);
 
 }  // namespace numalign::detail

@@ -109,6 +109,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
     input_of.push_back(i);
   }
   MetricOptions mo{options.tol, options.equal_nan};
+  mo.magnitude_profile = options.magnitude_profile;
   std::vector<Metrics> metrics = compute_metrics(inputs, mo, options.threads, progress);
   // Rules run on the same threads as the pass: with many small tensors, formatting each
   // verdict's reason costs about as much as the pass over its data.

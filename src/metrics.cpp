@@ -169,10 +169,55 @@ void count_balance(double x, double u, std::uint64_t& differs, std::uint64_t& ov
 
 }  // namespace
 
+void MagnitudeProfile::add(const MagnitudeProfile& o) {
+  if (o.empty()) return;
+  if (empty()) {
+    *this = o;
+    return;
+  }
+  for (int b = 0; b < kMagnitudeBins; ++b) {
+    count[b] += o.count[b];
+    sq_err_test[b] += o.sq_err_test[b];
+    sq_err_ref[b] += o.sq_err_ref[b];
+  }
+}
+
 namespace detail {
+
+void add_magnitude_profile(const double* t, const double* r, const double* u, std::size_t n,
+                           MagnitudeProfile& profile) {
+  if (profile.empty()) {
+    profile.count.assign(kMagnitudeBins, 0);
+    profile.sq_err_test.assign(kMagnitudeBins, 0.0);
+    profile.sq_err_ref.assign(kMagnitudeBins, 0.0);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = t[i] - u[i], er = r[i] - u[i];
+    if (!std::isfinite(e) || !std::isfinite(er)) continue;
+    const int b =
+        u[i] == 0 ? 0 : std::clamp(std::ilogb(u[i]) + kMagnitudeBias, 0, kMagnitudeBins - 1);
+    ++profile.count[b];
+    profile.sq_err_test[b] += e * e;
+    profile.sq_err_ref[b] += er * er;
+  }
+}
+
+void add_magnitude_profile(const MetricsInput& in, std::uint64_t begin, std::uint64_t end,
+                           MagnitudeProfile& profile) {
+  const std::size_t es = element_size(in.test->dtype), us = element_size(in.truth->dtype);
+  double t[kBlock], r[kBlock], u[kBlock];
+  for (std::uint64_t base = begin; base < end; base += kBlock) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, end - base));
+    decode_block(in.test->dtype, in.test->data + base * es, n, t);
+    decode_block(in.test->dtype, in.ref->data + base * es, n, r);
+    decode_block(in.truth->dtype, in.truth->data + base * us, n, u);
+    add_magnitude_profile(t, r, u, n, profile);
+  }
+}
 
 void Partial::merge(const Partial& o) {
   n += o.n;
+  magnitude.add(o.magnitude);
   sq_err_test.merge(o.sq_err_test);
   sq_err_ref.merge(o.sq_err_ref);
   sq_truth.merge(o.sq_truth);
@@ -293,6 +338,7 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
       p.sq_test.add(st);
       p.test_dot_truth.add(stu);
       p.err_sum.add(se);
+      if (opt.magnitude_profile) add_magnitude_profile(t, r, u, n, p.magnitude);
     }
   }
   p.n = end - begin;
@@ -321,6 +367,7 @@ Metrics finish(const MetricsInput& in, const Partial& p) {
   m.test_nonfinite = p.nf_test;
   m.ref_nonfinite = p.nf_ref;
   m.truth_nonfinite = p.nf_truth;
+  m.magnitude = p.magnitude;
   if (in.truth == nullptr) return m;
   m.has_truth = true;
   const double n = static_cast<double>(p.n);

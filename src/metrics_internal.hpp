@@ -52,11 +52,22 @@ struct Partial {
   std::uint64_t not_close = 0, bits_differ = 0, values_differ = 0;
   UlpStats ulp;
   NonFinite nf_test, nf_ref, nf_truth;
+  MagnitudeProfile magnitude;
 
   // Folds in the partial of another, disjoint range: on ties a maximum keeps the smaller
   // index, so any merge order gives the first index of every maximum.
   void merge(const Partial& other);
 };
+
+// Adds n decoded elements (test t, ref r, truth u) to the profile, one at a time in order:
+// both paths call it on the same blocks, so their counts are identical (the sums agree to
+// rounding: chunks and a vector tail are merged bin by bin).
+void add_magnitude_profile(const double* t, const double* r, const double* u, std::size_t n,
+                           MagnitudeProfile& profile);
+// The same from the raw bytes of [begin, end) (decoded as the scalar path decodes them),
+// for the SIMD path to call on each block it has just read.
+void add_magnitude_profile(const MetricsInput& in, std::uint64_t begin, std::uint64_t end,
+                           MagnitudeProfile& profile);
 
 // The reference path: plain C++, one element at a time.
 Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,

@@ -503,8 +503,14 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
     const double s_err_ref = kTruth ? SumLanes(sq_err_ref) : 0;
     const bool finite = kTruth ? std::isfinite(s_err_test) && std::isfinite(s_err_ref)
                                : std::isfinite(SumLanes(probe));
+    // The profile is added here, block by block in order, as the scalar path adds it.
+    if constexpr (kTruth) {
+      if (opt.magnitude_profile) add_magnitude_profile(in, base, base + n, p.magnitude);
+    }
     if (HWY_UNLIKELY(!finite)) {
-      redone.merge(accumulate_scalar(in, opt, base, base + n));
+      MetricOptions without_profile = opt;
+      without_profile.magnitude_profile = false;
+      redone.merge(accumulate_scalar(in, without_profile, base, base + n));
       continue;
     }
     fast_n += n;

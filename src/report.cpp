@@ -61,11 +61,11 @@ void Report::sort() {
   tensors = std::move(sorted);
 }
 
-namespace {
-
 const char* verdict_word(VerdictKind k) {
   return k == VerdictKind::kPass ? "pass" : k == VerdictKind::kFail ? "fail" : "error";
 }
+
+namespace {
 
 // Names longer than `width` keep their head and tail: the tail is what tells tensors apart.
 std::string fit(const std::string& s, std::size_t width) {
@@ -395,44 +395,6 @@ std::string render_json(const Report& report) {
   return w.take() + "\n";
 }
 
-namespace {
-
-// XML 1.0 cannot carry most control characters even escaped: replace them.
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if (u < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", u);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 std::string render_junit(const Report& report) {
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   const std::size_t f = report.count(VerdictKind::kFail), e = report.count(VerdictKind::kError);
@@ -441,20 +403,20 @@ std::string render_junit(const Report& report) {
          "\" errors=\"" + std::to_string(e) + "\">\n";
   if (!report.warnings.empty()) {
     out += "<system-out>";
-    for (const auto& w : report.warnings) out += xml_escape("warning: " + w) + "\n";
+    for (const auto& w : report.warnings) out += detail::markup_escape("warning: " + w) + "\n";
     out += "</system-out>\n";
   }
   for (const auto& r : report.tensors) {
-    out += "<testcase classname=\"numalign." + xml_escape(r.rule) + "\" name=\"" +
-           xml_escape(r.name) + "\">";
+    out += "<testcase classname=\"numalign." + detail::markup_escape(r.rule) + "\" name=\"" +
+           detail::markup_escape(r.name) + "\">";
     const std::string detail =
         r.reason + (r.ratio && r.limit ? " (ratio " + format_number(*r.ratio) + ", limit " +
                                              format_number(*r.limit) + ")"
                                        : std::string());
     if (r.verdict == VerdictKind::kFail) {
-      out += "<failure message=\"" + xml_escape(detail) + "\"/>";
+      out += "<failure message=\"" + detail::markup_escape(detail) + "\"/>";
     } else if (r.verdict == VerdictKind::kError) {
-      out += "<error message=\"" + xml_escape(detail) + "\"/>";
+      out += "<error message=\"" + detail::markup_escape(detail) + "\"/>";
     }
     out += "</testcase>\n";
   }

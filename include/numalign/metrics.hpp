@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "numalign/tensor.hpp"
 
@@ -32,6 +33,21 @@ struct UlpStats {
   bool any_inf = false;   // some element is NaN on one side only
   std::uint64_t max_index = 0;
   std::array<std::uint64_t, kUlpBins> hist{};
+};
+
+// Error against magnitude: elements binned by the binary exponent of |truth|. Bin b holds
+// 2^(b - kMagnitudeBias) <= |truth| < 2^(b - kMagnitudeBias + 1); the end bins take
+// everything beyond (bin 0 also 0). Filled during the fused pass when asked for
+// (MetricOptions::magnitude_profile); empty otherwise. Elements with a NaN or Inf anywhere
+// are left out. The sums are plain float64 sums in element order (a chart's numbers).
+inline constexpr int kMagnitudeBins = 64;
+inline constexpr int kMagnitudeBias = 32;
+struct MagnitudeProfile {
+  std::vector<std::uint64_t> count;  // kMagnitudeBins entries, or none
+  std::vector<double> sq_err_test;   // sum of (test - truth)^2 per bin
+  std::vector<double> sq_err_ref;    // sum of (ref - truth)^2 per bin
+  bool empty() const { return count.empty(); }
+  void add(const MagnitudeProfile& other);
 };
 
 struct Metrics {
@@ -61,6 +77,7 @@ struct Metrics {
   UlpStats ulp;                     // floating types only
 
   NonFinite test_nonfinite, ref_nonfinite, truth_nonfinite;
+  MagnitudeProfile magnitude;  // with a truth, when MetricOptions::magnitude_profile
 };
 
 // The fused pass has two implementations. `simd` (Highway, dispatched at run time to the
@@ -80,6 +97,7 @@ struct MetricOptions {
   double tol = 1e-4;       // atol = rtol = tol of the allclose fast path
   bool equal_nan = false;  // NaN == NaN for allclose and ULP
   MetricKernel kernel = MetricKernel::simd;
+  bool magnitude_profile = false;  // also bin the error by magnitude (Metrics::magnitude)
 };
 
 // One tensor's three inputs. test and ref must have equal dtype and numel; truth (optional)

@@ -59,6 +59,9 @@ struct Report {
 // ratio / limit, the number failures are sorted by (inf when the limit is 0 and ratio > 0).
 double severity(const TensorResult& r);
 
+// "pass", "fail" or "error", as the JSON report writes verdicts.
+const char* verdict_word(VerdictKind k);
+
 std::string render_text(const Report& report, bool verbose = false);
 // Two lines, forward and backward: the first failing tensor, its module, and whether its
 // inputs passed (the module is the culprit) or not (it inherited the error).
@@ -67,5 +70,11 @@ std::string divergence_text(const FirstDivergence& d);
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
 std::string render_junit(const Report& report);
+// One self-contained HTML page (no network, no external script; readable without
+// JavaScript): the verdict, the first divergence, warnings, an SVG chart of ratio per
+// tensor in execution order with each limit, the ULP histogram, the error against
+// magnitude (when the pass binned it: JudgeOptions::magnitude_profile) and the table,
+// which a small inline script makes sortable. Every name is escaped.
+std::string render_html(const Report& report);
 
 }  // namespace numalign

@@ -43,6 +43,7 @@ struct JudgeOptions {
   Rule default_rule;                         // for floating tensors; others are exact
   std::vector<Override> overrides;           // later entries win
   int threads = 0;                           // 0: all cores
+  bool magnitude_profile = false;            // bin the error by magnitude (HTML report)
 };
 
 // Reads a policy file (JSON) into options: {"default": SPEC, "tol": X, "check_bias": B,

@@ -69,10 +69,12 @@ def _items(t, r, u):
 
 def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan=False,
           larger_multiplier_for_small=False, force_max_multiplier=False, check_bias=False,
-          threads=0) -> Report:
+          threads=0, magnitude_profile=False) -> Report:
     """Judges every tensor of ``ref`` against the same-named tensor of ``test``, measured
     against the float64 ``truth``. Each may be a tensor, an array, a nested structure of them
-    (flattened to dotted names: ``logits``, ``past.0.key``), a Trace, or a path."""
+    (flattened to dotted names: ``logits``, ``past.0.key``), a Trace, or a path.
+    ``magnitude_profile=True`` also bins each tensor's error by the magnitude of the truth
+    during the pass, for the chart of ``Report.to_html()``."""
     t, r, u = _as_trace(test), _as_trace(ref), _as_trace(truth)
     items = _items(t, r, u)
     default, overrides = _rule_overrides(rules)
@@ -89,6 +91,7 @@ def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan
                        force_max_multiplier=force_max_multiplier, check_bias=check_bias,
                        default_rule=default, overrides=overrides, policy_json=policy_json,
                        policy_name=policy_name, threads=threads,
+                       magnitude_profile=magnitude_profile,
                        metadata=[json.dumps(x.metadata) if x is not None and x.metadata else None
                                  for x in (t, r, u)])
     report = Report(core)

@@ -66,6 +66,11 @@ class Report:
     def to_junit(self) -> str:
         return self._core.junit()
 
+    def to_html(self) -> str:
+        """One self-contained page (the CLI's ``--format html``): verdict, first divergence,
+        charts of ratio per tensor, ULP distances and error against magnitude, the table."""
+        return self._core.html()
+
     def text(self, verbose: bool = False) -> str:
         return self._core.text(verbose)
 

@@ -76,7 +76,8 @@ NB_MODULE(_core, m) {
           "text", [](const Report& r, bool verbose) { return render_text(r, verbose); },
           "verbose"_a = false)
       .def("json", [](const Report& r) { return render_json(r); })
-      .def("junit", [](const Report& r) { return render_junit(r); });
+      .def("junit", [](const Report& r) { return render_junit(r); })
+      .def("html", [](const Report& r) { return render_html(r); });
 
   m.def(
       "judge",
@@ -86,7 +87,8 @@ NB_MODULE(_core, m) {
          bool check_bias, const std::optional<std::string>& default_rule,
          const std::vector<std::tuple<std::string, std::string, std::string>>& overrides,
          const std::optional<std::string>& policy_json, const std::string& policy_name, int threads,
-         const std::string& title, const std::vector<std::optional<std::string>>& metadata) {
+         const std::string& title, const std::vector<std::optional<std::string>>& metadata,
+         bool magnitude_profile) {
         JudgeOptions o;
         if (policy_json) parse_policy(*policy_json, policy_name, o);
         o.tol = tol;
@@ -95,6 +97,7 @@ NB_MODULE(_core, m) {
         o.force_max_multiplier = force_max_multiplier;
         o.check_bias = o.check_bias || check_bias;
         o.threads = threads;
+        o.magnitude_profile = magnitude_profile;
         if (default_rule) o.default_rule = parse_rule(*default_rule, "rules");
         for (const auto& [glob, spec, reason] : overrides) {
           o.overrides.push_back({glob, parse_rule(spec, "rules"), reason, "rules"});
@@ -139,7 +142,7 @@ NB_MODULE(_core, m) {
       "force_max_multiplier"_a = false, "check_bias"_a = false, "default_rule"_a = nb::none(),
       "overrides"_a = std::vector<std::tuple<std::string, std::string, std::string>>{},
       "policy_json"_a = nb::none(), "policy_name"_a = "policy", "threads"_a = 0, "title"_a = "",
-      "metadata"_a = std::vector<std::optional<std::string>>{});
+      "metadata"_a = std::vector<std::optional<std::string>>{}, "magnitude_profile"_a = false);
 
   nb::class_<TraceFile>(m, "TraceFile")
       .def(nb::init<const std::string&>(), "path"_a)

@@ -368,3 +368,56 @@ TEST(MetricsSimdTest, FloatRoundingToHalvesMatchesTheExactRounding) {
 
 }  // namespace
 }  // namespace numalign
+
+namespace numalign {
+namespace {
+
+// The error-against-magnitude profile: the same bins from both paths (with NaN/Inf blocks
+// redone by the scalar path and vector tails), and each element in the bin of its |truth|.
+TEST(MetricsSimdTest, MagnitudeProfileAgreesWithScalarAndBinsByExponent) {
+  for (bool specials : {false, true}) {
+    const Case c = mixed_case(DType::BF16, 5000 + 3, 1e-2, 4, specials);
+    const TensorView t = c.test.view(), r = c.ref.view(), u = c.truth.view();
+    const MetricsInput in{&t, &r, &u};
+    MetricOptions opt{.tol = 1e-2};
+    opt.magnitude_profile = true;
+    MetricOptions scalar_opt = opt;
+    scalar_opt.kernel = MetricKernel::scalar;
+    for (const std::string& target : detail::usable_simd_targets()) {
+      detail::choose_simd_target(target);
+      const Metrics a = compute_metrics({&in, 1}, opt, 2)[0];
+      const Metrics b = compute_metrics({&in, 1}, scalar_opt, 1)[0];
+      ASSERT_EQ(a.magnitude.count.size(), std::size_t{kMagnitudeBins}) << target;
+      EXPECT_EQ(a.magnitude.count, b.magnitude.count) << target;
+      for (int k = 0; k < kMagnitudeBins; ++k) {
+        EXPECT_NEAR(a.magnitude.sq_err_test[k], b.magnitude.sq_err_test[k],
+                    1e-12 * b.magnitude.sq_err_test[k])
+            << target << " bin " << k;
+        EXPECT_NEAR(a.magnitude.sq_err_ref[k], b.magnitude.sq_err_ref[k],
+                    1e-12 * b.magnitude.sq_err_ref[k])
+            << target << " bin " << k;
+      }
+      const Metrics none = compute_metrics({&in, 1}, MetricOptions{.tol = 1e-2}, 2)[0];
+      EXPECT_TRUE(none.magnitude.empty()) << "only when asked for";
+    }
+    detail::choose_simd_target("");
+  }
+  // Known values: 0 and tiny in bin 0, 3 in bin 1 + bias, 2^40 clamped to the last bin, a
+  // NaN left out.
+  const double t[] = {0.5, 1.0, 3.5, 0x1p40, NAN};
+  const double r[] = {0.0, 0.0, 3.0, 0x1p40, 1.0};
+  const double uu[] = {0.0, 1e-30, 3.0, 0x1p40, 1.0};
+  MagnitudeProfile p;
+  detail::add_magnitude_profile(t, r, uu, 5, p);
+  EXPECT_EQ(p.count[0], 2u);
+  EXPECT_EQ(p.count[1 + kMagnitudeBias], 1u);
+  EXPECT_EQ(p.count[kMagnitudeBins - 1], 1u);
+  EXPECT_EQ(p.sq_err_test[1 + kMagnitudeBias], 0.25);
+  EXPECT_EQ(p.sq_err_test[0], 0.25 + 1.0);
+  std::uint64_t total = 0;
+  for (auto n : p.count) total += n;
+  EXPECT_EQ(total, 4u);
+}
+
+}  // namespace
+}  // namespace numalign
