@@ -11,6 +11,7 @@
 
 #include "numalign/judge.hpp"
 #include "numalign/metrics.hpp"
+#include "numalign/sensitivity.hpp"
 #include "numalign/trace.hpp"
 #include "numalign/version.hpp"
 
@@ -206,22 +207,41 @@ int main(int argc, char** argv) {
   CommonOptions common;
   JudgeOptions options;
   std::string test, ref, truth;
+  // judge and sensitivity take the same traces and rule options.
+  auto add_judge_options = [&](CLI::App* cmd) {
+    cmd->add_option("test", test, "trace of the implementation under test")->required();
+    cmd->add_option("ref", ref, "trace of the reference implementation")->required();
+    cmd->add_option("truth", truth, "float64 truth trace (needed by the rmse rule)");
+    cmd->add_option("--rule", common.rules,
+                    "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X (repeatable)");
+    cmd->add_option("--policy", common.policy, "JSON policy file of overrides with reasons");
+    cmd->add_option("--tol", options.tol, "tolerance of same() (fast path, tol/10 slack)")
+        ->capture_default_str();
+    cmd->add_flag("--equal-nan", options.equal_nan, "NaN equals NaN");
+    cmd->add_flag("--check-bias", options.check_bias, "fail tensors with biased rounding");
+    cmd->add_flag("--larger-multiplier-for-small", options.larger_multiplier_for_small,
+                  "same()'s use_larger_multiplier_for_smaller_tensor");
+    cmd->add_flag("--force-max-multiplier", options.force_max_multiplier,
+                  "same()'s force_max_multiplier (multiplier 10)");
+  };
   auto* judge_cmd = app.add_subcommand("judge", "judge TEST against REF, measured against TRUTH");
-  judge_cmd->add_option("test", test, "trace of the implementation under test")->required();
-  judge_cmd->add_option("ref", ref, "trace of the reference implementation")->required();
-  judge_cmd->add_option("truth", truth, "float64 truth trace (needed by the rmse rule)");
-  judge_cmd->add_option("--rule", common.rules,
-                        "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X (repeatable)");
-  judge_cmd->add_option("--policy", common.policy, "JSON policy file of overrides with reasons");
-  judge_cmd->add_option("--tol", options.tol, "tolerance of same() (fast path, tol/10 slack)")
-      ->capture_default_str();
-  judge_cmd->add_flag("--equal-nan", options.equal_nan, "NaN equals NaN");
-  judge_cmd->add_flag("--check-bias", options.check_bias, "fail tensors with biased rounding");
-  judge_cmd->add_flag("--larger-multiplier-for-small", options.larger_multiplier_for_small,
-                      "same()'s use_larger_multiplier_for_smaller_tensor");
-  judge_cmd->add_flag("--force-max-multiplier", options.force_max_multiplier,
-                      "same()'s force_max_multiplier (multiplier 10)");
+  add_judge_options(judge_cmd);
   add_output_options(judge_cmd, common);
+
+  SensitivityOptions sensitivity_options;
+  auto* sensitivity_cmd = app.add_subcommand(
+      "sensitivity", "plant known bugs in a copy of TEST: would the rule catch them?");
+  add_judge_options(sensitivity_cmd);
+  sensitivity_cmd
+      ->add_option("--terms", sensitivity_options.reduction_terms,
+                   "K of the dropped reduction term (a term is rms(truth) / sqrt(K))")
+      ->capture_default_str();
+  sensitivity_cmd->add_option("--only", common.only, "only tensors matching this glob");
+  sensitivity_cmd->add_option("--format", common.format, "report format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  sensitivity_cmd->add_option("-o,--output", common.output, "write the table here (atomically)");
+  sensitivity_cmd->add_option("--threads", common.threads, "threads (default: all cores)");
 
   std::string a, b;
   std::string compare_rule = "exact";
@@ -258,6 +278,21 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kCouldNotJudge;
   }
   try {
+    if (*sensitivity_cmd) {
+      if (!common.policy.empty()) load_policy(common.policy, options);
+      apply_rules(common.rules, options);
+      options.threads = common.threads;
+      check_override_reasons(options);
+      const Trace test_trace = Trace::open(test), ref_trace = Trace::open(ref);
+      std::optional<Trace> truth_trace;
+      if (!truth.empty()) truth_trace = Trace::open(truth);
+      const Sensitivity s = sensitivity(
+          pair_tensors(test_trace, ref_trace, truth_trace ? &*truth_trace : nullptr, common.only),
+          options, sensitivity_options);
+      write_file_atomic(common.output, common.format == "json" ? render_sensitivity_json(s)
+                                                               : render_sensitivity_text(s));
+      return kAligned;
+    }
     if (*judge_cmd || *compare_cmd) {
       if (*compare_cmd) {
         options.default_rule = parse_rule(compare_rule, "--rule");

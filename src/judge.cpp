@@ -185,8 +185,8 @@ void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
   }
 }
 
-Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
-             const std::vector<std::string>& only, const ProgressFn& progress) {
+std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, const Trace* truth,
+                                       const std::vector<std::string>& only) {
   auto selected = [&](const std::string& n) {
     if (only.empty()) return true;
     return std::any_of(only.begin(), only.end(),
@@ -223,6 +223,12 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
     if (!ref.find(e.name) && selected(e.name))
       triples.push_back({e.name, &e.view, nullptr, nullptr});
   }
+  return triples;
+}
+
+Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
+             const std::vector<std::string>& only, const ProgressFn& progress) {
+  const std::vector<TensorTriple> triples = pair_tensors(test, ref, truth, only);
   Report report = judge_tensors(triples, options, progress);
   report.title = "test:  " + test.path() + "\nref:   " + ref.path() +
                  "\ntruth: " + (truth ? truth->path() : std::string("(none)"));

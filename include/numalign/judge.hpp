@@ -31,6 +31,11 @@ void add_metadata_warnings(const TraceMetadata* test, const TraceMetadata* ref,
 
 // Judges every tensor of ref (or those matching one of `only`, when given) against the
 // same-named tensors of test and truth, adding warnings the traces' metadata reveals.
+// The tensors of ref (in its execution order when recorded, else file order) with their
+// namesakes in test and truth, then test's tensors that ref lacks; `only`: globs of names.
+std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, const Trace* truth,
+                                       const std::vector<std::string>& only = {});
+
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
              const std::vector<std::string>& only = {}, const ProgressFn& progress = {});
 

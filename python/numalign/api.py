@@ -67,6 +67,32 @@ def _items(t, r, u):
             gc.enable()
 
 
+def _options(*, tol=1e-4, rules=None, policy=None, equal_nan=False,
+             larger_multiplier_for_small=False, force_max_multiplier=False, check_bias=False,
+             threads=0, magnitude_profile=False):
+    """The core's JudgeOptions: a policy (dict or file) first, then the arguments."""
+    o = _core.JudgeOptions()
+    if policy is not None:
+        if isinstance(policy, dict):
+            o.load_policy(json.dumps(policy), "policy")
+        else:
+            with open(os.fspath(policy), encoding="utf-8") as f:
+                o.load_policy(f.read(), os.fspath(policy))
+    o.tol = tol
+    o.equal_nan = o.equal_nan or equal_nan
+    o.check_bias = o.check_bias or check_bias
+    o.larger_multiplier_for_small = larger_multiplier_for_small
+    o.force_max_multiplier = force_max_multiplier
+    o.threads = threads
+    o.magnitude_profile = magnitude_profile
+    default, overrides = _rule_overrides(rules)
+    if default is not None:
+        o.set_default_rule(default)
+    for glob, spec, reason in overrides:
+        o.add_override(glob, spec, reason)
+    return o
+
+
 def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan=False,
           larger_multiplier_for_small=False, force_max_multiplier=False, check_bias=False,
           threads=0, magnitude_profile=False) -> Report:
@@ -77,21 +103,11 @@ def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan
     during the pass, for the chart of ``Report.to_html()``."""
     t, r, u = _as_trace(test), _as_trace(ref), _as_trace(truth)
     items = _items(t, r, u)
-    default, overrides = _rule_overrides(rules)
-    policy_json, policy_name = None, "policy"
-    if policy is not None:
-        if isinstance(policy, dict):
-            policy_json = json.dumps(policy)
-        else:
-            policy_name = os.fspath(policy)
-            with open(policy_name, encoding="utf-8") as f:
-                policy_json = f.read()
-    core = _core.judge(items, tol=tol, equal_nan=equal_nan,
+    options = _options(tol=tol, rules=rules, policy=policy, equal_nan=equal_nan,
                        larger_multiplier_for_small=larger_multiplier_for_small,
                        force_max_multiplier=force_max_multiplier, check_bias=check_bias,
-                       default_rule=default, overrides=overrides, policy_json=policy_json,
-                       policy_name=policy_name, threads=threads,
-                       magnitude_profile=magnitude_profile,
+                       threads=threads, magnitude_profile=magnitude_profile)
+    core = _core.judge(items, options,
                        metadata=[json.dumps(x.metadata) if x is not None and x.metadata else None
                                  for x in (t, r, u)])
     report = Report(core)
@@ -108,3 +124,13 @@ def assert_aligned(test, ref, truth=None, **options) -> Report:
         head = f"not aligned: {worst}" if worst else "not aligned"
         raise AssertionError(f"{head}\n{report}")
     return report
+
+
+def sensitivity(test, ref, truth=None, *, terms=256, **options) -> dict:
+    """Plants known bugs in a copy of ``test`` (one reduction term of K = ``terms`` dropped,
+    2 ULP away from zero everywhere, one NaN, truncation toward zero, 2 ULP on 1% of the
+    elements) and judges each with the same options as ``judge()``: ``{"settings",
+    "bugs": [{"bug", "applicable", "caught", "failing", "planted", "worst"}]}``, the run as
+    it is first. A rule that misses a planted bug cannot fail on that bug either."""
+    t, r, u = _as_trace(test), _as_trace(ref), _as_trace(truth)
+    return json.loads(_core.sensitivity(_items(t, r, u), _options(**options), terms))

@@ -8,12 +8,14 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <deque>
 #include <memory>
 #include <variant>
 
 #include "numalign/divergence.hpp"
 #include "numalign/error.hpp"
 #include "numalign/judge.hpp"
+#include "numalign/sensitivity.hpp"
 #include "numalign/trace.hpp"
 #include "numalign/version.hpp"
 
@@ -50,9 +52,24 @@ TensorView to_view(const PyTensor& t, const std::string& name) {
   return v;
 }
 
-struct Item {
-  std::string name;
-  std::optional<PyTensor> test, ref, truth;
+using PyItem = std::tuple<std::string, std::optional<PyTensor>, std::optional<PyTensor>,
+                          std::optional<PyTensor>>;
+
+// Views of (name, test, ref, truth) items, validated while the GIL is held.
+struct Triples {
+  std::deque<TensorView> views;
+  std::vector<TensorTriple> triples;
+  explicit Triples(const std::vector<PyItem>& items) {
+    triples.reserve(items.size());
+    for (const auto& [name, test, ref, truth] : items) {
+      auto view = [&](const std::optional<PyTensor>& t) -> const TensorView* {
+        return t ? &views.emplace_back(to_view(*t, name)) : nullptr;
+      };
+      const TensorView* tv = view(test);
+      const TensorView* rv = view(ref);
+      triples.push_back({name, tv, rv, view(truth)});
+    }
+  }
 };
 
 // An open trace file (or shards): keeps the mapping alive for the views handed out.
@@ -79,50 +96,37 @@ NB_MODULE(_core, m) {
       .def("junit", [](const Report& r) { return render_junit(r); })
       .def("html", [](const Report& r) { return render_html(r); });
 
+  // Options are built once in Python (numalign.api._options) and shared by judge and
+  // sensitivity.
+  nb::class_<JudgeOptions>(m, "JudgeOptions")
+      .def(nb::init<>())
+      .def_rw("tol", &JudgeOptions::tol)
+      .def_rw("equal_nan", &JudgeOptions::equal_nan)
+      .def_rw("larger_multiplier_for_small", &JudgeOptions::larger_multiplier_for_small)
+      .def_rw("force_max_multiplier", &JudgeOptions::force_max_multiplier)
+      .def_rw("check_bias", &JudgeOptions::check_bias)
+      .def_rw("threads", &JudgeOptions::threads)
+      .def_rw("magnitude_profile", &JudgeOptions::magnitude_profile)
+      .def("load_policy", [](JudgeOptions& o, const std::string& json,
+                             const std::string& name) { parse_policy(json, name, o); })
+      .def("set_default_rule",
+           [](JudgeOptions& o, const std::string& spec) {
+             o.default_rule = parse_rule(spec, "rules");
+           })
+      .def("add_override", [](JudgeOptions& o, const std::string& glob, const std::string& spec,
+                              const std::string& reason) {
+        o.overrides.push_back({glob, parse_rule(spec, "rules"), reason, "rules"});
+      });
+
   m.def(
       "judge",
-      [](const std::vector<std::tuple<std::string, std::optional<PyTensor>, std::optional<PyTensor>,
-                                      std::optional<PyTensor>>>& items,
-         double tol, bool equal_nan, bool larger_multiplier_for_small, bool force_max_multiplier,
-         bool check_bias, const std::optional<std::string>& default_rule,
-         const std::vector<std::tuple<std::string, std::string, std::string>>& overrides,
-         const std::optional<std::string>& policy_json, const std::string& policy_name, int threads,
-         const std::string& title, const std::vector<std::optional<std::string>>& metadata,
-         bool magnitude_profile) {
-        JudgeOptions o;
-        if (policy_json) parse_policy(*policy_json, policy_name, o);
-        o.tol = tol;
-        o.equal_nan = o.equal_nan || equal_nan;
-        o.larger_multiplier_for_small = larger_multiplier_for_small;
-        o.force_max_multiplier = force_max_multiplier;
-        o.check_bias = o.check_bias || check_bias;
-        o.threads = threads;
-        o.magnitude_profile = magnitude_profile;
-        if (default_rule) o.default_rule = parse_rule(*default_rule, "rules");
-        for (const auto& [glob, spec, reason] : overrides) {
-          o.overrides.push_back({glob, parse_rule(spec, "rules"), reason, "rules"});
-        }
-        // Views first (validated while holding the GIL), then the work without it.
-        std::vector<std::tuple<std::optional<TensorView>, std::optional<TensorView>,
-                               std::optional<TensorView>>>
-            views;
-        views.reserve(items.size());
-        for (const auto& [name, test, ref, truth] : items) {
-          auto view = [&](const std::optional<PyTensor>& t) {
-            return t ? std::optional(to_view(*t, name)) : std::nullopt;
-          };
-          views.emplace_back(view(test), view(ref), view(truth));
-        }
-        std::vector<TensorTriple> triples;
-        for (std::size_t i = 0; i < items.size(); ++i) {
-          const auto& [t, r, u] = views[i];
-          triples.push_back(
-              {std::get<0>(items[i]), t ? &*t : nullptr, r ? &*r : nullptr, u ? &*u : nullptr});
-        }
+      [](const std::vector<PyItem>& items, const JudgeOptions& o, const std::string& title,
+         const std::vector<std::optional<std::string>>& metadata) {
+        const Triples t(items);
         Report report;
         {
           nb::gil_scoped_release release;
-          report = judge_tensors(triples, o);
+          report = judge_tensors(t.triples, o);
         }
         report.title = title;
         // Metadata JSON of test, ref and truth (None where a run has none).
@@ -138,11 +142,17 @@ NB_MODULE(_core, m) {
         if (meta[1]) report.first_divergence = find_first_divergence(*meta[1], report);
         return report;
       },
-      "items"_a, "tol"_a = 1e-4, "equal_nan"_a = false, "larger_multiplier_for_small"_a = false,
-      "force_max_multiplier"_a = false, "check_bias"_a = false, "default_rule"_a = nb::none(),
-      "overrides"_a = std::vector<std::tuple<std::string, std::string, std::string>>{},
-      "policy_json"_a = nb::none(), "policy_name"_a = "policy", "threads"_a = 0, "title"_a = "",
-      "metadata"_a = std::vector<std::optional<std::string>>{}, "magnitude_profile"_a = false);
+      "items"_a, "options"_a, "title"_a = "",
+      "metadata"_a = std::vector<std::optional<std::string>>{});
+
+  m.def(
+      "sensitivity",
+      [](const std::vector<PyItem>& items, const JudgeOptions& o, std::uint64_t terms) {
+        const Triples t(items);
+        nb::gil_scoped_release release;
+        return render_sensitivity_json(sensitivity(t.triples, o, {.reduction_terms = terms}));
+      },
+      "items"_a, "options"_a, "terms"_a = 256);
 
   nb::class_<TraceFile>(m, "TraceFile")
       .def(nb::init<const std::string&>(), "path"_a)

@@ -41,6 +41,18 @@ def test_report_excerpt_matches_real_output(cli, examples, monkeypatch):
             assert line in proc.stdout.splitlines(), line
 
 
+def test_sensitivity_excerpt_is_real_output(cli, examples, monkeypatch):
+    """The sensitivity table in the README is what the command prints, line for line."""
+    monkeypatch.chdir(examples)
+    text = (ROOT / "README.md").read_text()
+    excerpt = re.search(r"### Could this test fail at all\?\n.*?```\n(.*?)```", text,
+                        flags=re.S).group(1)
+    proc = cli("sensitivity", "allreduce/fused.safetensors", "allreduce/unfused.safetensors",
+               "allreduce/truth.safetensors")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == excerpt.strip()
+
+
 def test_python_examples_run_in_order(tmp_path, monkeypatch, capsys):
     """Every ```python block of the README runs, in order, in one namespace; where the README
     shows what a block prints, the block prints exactly that."""

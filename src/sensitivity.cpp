@@ -1,0 +1,231 @@
+// sensitivity.cpp: plants known bugs in copies of the test tensors and judges each copy.
+#include "numalign/sensitivity.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "format.hpp"
+#include "json.hpp"
+
+namespace numalign {
+
+namespace {
+
+void store_bits(std::byte* dst, std::size_t size, std::uint64_t bits) {
+  for (std::size_t b = 0; b < size; ++b) dst[b] = static_cast<std::byte>(bits >> (8 * b));
+}
+
+// k representable values away from zero: the magnitude bits of a sign-magnitude format
+// grow by k. A step past the largest finite value keeps the element as it was.
+std::uint64_t away_from_zero(DType dt, std::uint64_t bits, std::uint64_t k) {
+  if (is_nan_bits(dt, bits)) return bits;
+  const std::uint64_t moved = bits + k;
+  return std::isfinite(float_from_bits(dt, moved)) ? moved : bits;
+}
+
+// The truth rounded toward zero: round to nearest, then one step back when that went past.
+std::uint64_t truncated(DType dt, double u) {
+  std::uint64_t b = round_to_bits(dt, u);
+  const double v = float_from_bits(dt, b);
+  if (std::isfinite(v) && std::fabs(v) > std::fabs(u) &&
+      (b & ~(std::uint64_t{1} << (bits(dt) - 1))))
+    --b;
+  return b;
+}
+
+double rms_of(const TensorView& v) {
+  const std::size_t es = element_size(v.dtype);
+  double s = 0;
+  std::uint64_t n = 0;
+  for (std::uint64_t i = 0; i < v.numel(); ++i) {
+    const double x = to_double(v.dtype, v.data + i * es);
+    if (std::isfinite(x)) s += x * x, ++n;
+  }
+  return n ? std::sqrt(s / static_cast<double>(n)) : 0.0;
+}
+
+const char* description(PlantedBug bug) {
+  switch (bug) {
+    case PlantedBug::kDroppedTerm:
+      return "one reduction term dropped";
+    case PlantedBug::kUlpBias:
+      return "2 ULP away from zero, every element";
+    case PlantedBug::kOneNan:
+      return "one element NaN";
+    case PlantedBug::kTruncation:
+      return "truncation toward zero";
+    case PlantedBug::kSparseUlp:
+      return "2 ULP on 1% of the elements";
+  }
+  return "?";
+}
+
+// A copy of `test` with `bug` planted; `truth` may be null (then truncation is not made).
+std::vector<std::byte> plant(PlantedBug bug, const TensorView& test, const TensorView* truth,
+                             const std::string& name, const SensitivityOptions& sopt) {
+  const DType dt = test.dtype;
+  const std::size_t es = element_size(dt);
+  const std::uint64_t n = test.numel();
+  std::vector<std::byte> out(test.data, test.data + n * es);
+  std::mt19937_64 rng(sopt.seed ^ std::hash<std::string>{}(name));
+  std::normal_distribution<double> normal;
+  const double term =
+      bug == PlantedBug::kDroppedTerm
+          ? rms_of(truth ? *truth : test) /
+                std::sqrt(static_cast<double>(std::max<std::uint64_t>(1, sopt.reduction_terms)))
+          : 0;
+  const std::size_t us = truth ? element_size(truth->dtype) : 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::byte* p = out.data() + i * es;
+    const std::uint64_t b = load_bits(dt, p);
+    std::uint64_t planted = b;
+    switch (bug) {
+      case PlantedBug::kDroppedTerm:
+        planted = round_to_bits(dt, float_from_bits(dt, b) - term * normal(rng));
+        break;
+      case PlantedBug::kUlpBias:
+        planted = away_from_zero(dt, b, 2);
+        break;
+      case PlantedBug::kOneNan:
+        if (i == n / 2) planted = round_to_bits(dt, NAN);
+        break;
+      case PlantedBug::kTruncation:
+        planted = truncated(dt, to_double(truth->dtype, truth->data + i * us));
+        break;
+      case PlantedBug::kSparseUlp:
+        if (rng() % 100 == 0) planted = away_from_zero(dt, b, 2);
+        break;
+    }
+    store_bits(p, es, planted);
+  }
+  return out;
+}
+
+SensitivityRow row_of(const std::string& bug, const Report& report, std::size_t planted) {
+  SensitivityRow row;
+  row.bug = bug;
+  row.caught = !report.aligned();
+  row.failing = report.count(VerdictKind::kFail) + report.count(VerdictKind::kError);
+  row.planted = planted;
+  if (const TensorResult* w = report.worst()) {
+    row.worst = w->name;
+    if (w->ratio && w->limit) {
+      row.worst += " (ratio " + detail::format_number(*w->ratio) + ", limit " +
+                   detail::format_number(*w->limit) + ")";
+    }
+  }
+  return row;
+}
+
+}  // namespace
+
+std::vector<PlantedBug> all_planted_bugs() {
+  return {PlantedBug::kDroppedTerm, PlantedBug::kUlpBias, PlantedBug::kOneNan,
+          PlantedBug::kTruncation, PlantedBug::kSparseUlp};
+}
+
+Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
+                        const SensitivityOptions& sopt) {
+  Sensitivity result;
+  std::vector<SensitivityRow>& rows = result.rows;
+  const Report as_is = judge_tensors(tensors, options);
+  result.settings = as_is.settings;
+  rows.push_back(row_of("(none: the run as it is)", as_is, 0));
+  const bool any_truth = std::any_of(tensors.begin(), tensors.end(),
+                                     [](const TensorTriple& t) { return t.truth != nullptr; });
+  for (PlantedBug bug : all_planted_bugs()) {
+    std::string what = description(bug);
+    if (bug == PlantedBug::kDroppedTerm)
+      what += " (K = " + std::to_string(sopt.reduction_terms) + ")";
+    if (bug == PlantedBug::kTruncation && !any_truth) {
+      SensitivityRow r;
+      r.bug = what;
+      r.applicable = false;
+      rows.push_back(r);
+      continue;
+    }
+    // One bug at a time: the copies of one planted run, then its judgement.
+    std::vector<std::vector<std::byte>> copies;
+    std::vector<TensorView> views;
+    copies.reserve(tensors.size());
+    views.reserve(tensors.size());
+    std::vector<TensorTriple> planted = tensors;
+    std::size_t count = 0;
+    for (TensorTriple& t : planted) {
+      if (!t.test || !t.ref || !is_floating(t.test->dtype) || t.test->dtype != t.ref->dtype ||
+          t.test->shape != t.ref->shape)
+        continue;
+      const TensorView* truth =
+          t.truth && t.truth->shape == t.test->shape && is_judgeable(t.truth->dtype) ? t.truth
+                                                                                     : nullptr;
+      if (bug == PlantedBug::kTruncation && !truth) continue;
+      copies.push_back(plant(bug, *t.test, truth, t.name, sopt));
+      views.push_back(TensorView{t.test->dtype, t.test->shape, copies.back().data()});
+      t.test = &views.back();
+      ++count;
+    }
+    rows.push_back(row_of(what, judge_tensors(planted, options), count));
+  }
+  return result;
+}
+
+std::string render_sensitivity_text(const Sensitivity& s) {
+  const std::vector<SensitivityRow>& rows = s.rows;
+  const std::string& settings = s.settings;
+  std::string out = "numalign sensitivity: would this rule catch these bugs in this run?\n";
+  if (!settings.empty()) out += "  settings: " + settings + "\n";
+  out += "\nplanted bug                             caught  failing   worst\n";
+  for (const auto& r : rows) {
+    std::string bug = r.bug;
+    if (bug.size() < 40) bug += std::string(40 - bug.size(), ' ');
+    if (!r.applicable) {
+      out += bug + "n/a     (needs a truth)\n";
+      continue;
+    }
+    const bool baseline = &r == &rows.front();
+    std::string caught = baseline ? "-" : r.caught ? "yes" : "NO";
+    caught += std::string(8 - caught.size(), ' ');
+    std::string failing = std::to_string(r.failing);
+    if (!baseline) failing += "/" + std::to_string(r.planted);
+    failing += std::string(failing.size() < 10 ? 10 - failing.size() : 1, ' ');
+    out += bug + caught + failing + (r.worst.empty() ? "-" : r.worst) + "\n";
+  }
+  if (!rows.empty() && rows.front().caught) {
+    out += "\nThe run fails as it is: a planted bug adds little to learn here.\n";
+  }
+  std::size_t missed = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) missed += rows[i].applicable && !rows[i].caught;
+  out += "\n" +
+         (missed ? std::to_string(missed) + " planted bug(s) would pass this rule unnoticed"
+                 : std::string("every planted bug would fail this rule")) +
+         "\n";
+  return out;
+}
+
+std::string render_sensitivity_json(const Sensitivity& s) {
+  detail::JsonWriter w;
+  w.begin_object();
+  w.key("settings").string(s.settings);
+  w.key("bugs").begin_array();
+  for (const auto& r : s.rows) {
+    w.begin_object();
+    w.key("bug").string(r.bug);
+    w.key("applicable").boolean(r.applicable);
+    w.key("caught").boolean(r.caught);
+    w.key("failing").integer(r.failing);
+    w.key("planted").integer(r.planted);
+    w.key("worst");
+    if (r.worst.empty())
+      w.null();
+    else
+      w.string(r.worst);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return w.take() + "\n";
+}
+
+}  // namespace numalign

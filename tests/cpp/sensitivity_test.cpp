@@ -1,0 +1,82 @@
+// sensitivity_test.cpp: planted bugs and which rules catch them, on the bf16 allreduce case
+// (DESIGN section 2's claims: truncation passes rmse but fails the bias check; a
+// 2-ULP error on 1% of the elements fails ulp:1 and passes rmse; a NaN fails everything).
+#include "numalign/sensitivity.hpp"
+
+#include <gtest/gtest.h>
+
+#include "simulations.hpp"
+
+namespace numalign {
+namespace {
+
+using examples::AllreduceCase;
+using examples::AllreduceVariant;
+using examples::Buffer;
+
+class SensitivityTest : public ::testing::Test {
+ protected:
+  SensitivityTest()
+      : case_(4, 4096, 1.0, 3),
+        test_(case_.run(AllreduceVariant::kUnfused)),
+        ref_(case_.run(AllreduceVariant::kUnfused)),
+        truth_(case_.truth()),
+        tv_(test_.view()),
+        rv_(ref_.view()),
+        uv_(truth_.view()) {}
+
+  Sensitivity run(const std::string& rule, bool check_bias = false, bool with_truth = true) {
+    JudgeOptions o;
+    o.default_rule = parse_rule(rule);
+    o.check_bias = check_bias;
+    return sensitivity({{"out", &tv_, &rv_, with_truth ? &uv_ : nullptr}}, o);
+  }
+
+  static const SensitivityRow& row(const Sensitivity& s, const std::string& starts) {
+    for (const auto& r : s.rows) {
+      if (r.bug.rfind(starts, 0) == 0) return r;
+    }
+    throw std::runtime_error("no row " + starts);
+  }
+
+  AllreduceCase case_;
+  Buffer test_, ref_, truth_;
+  TensorView tv_, rv_, uv_;
+};
+
+TEST_F(SensitivityTest, RmseMissesTruncationAndSparseUlpErrorsButNotNanOrBias) {
+  const std::vector<std::byte> before = test_.bytes;
+  const Sensitivity s = run("rmse");
+  EXPECT_EQ(test_.bytes, before) << "bugs are planted in copies";
+  ASSERT_EQ(s.rows.size(), 6u);
+  EXPECT_FALSE(s.rows[0].caught) << "the run as it is passes";
+  EXPECT_TRUE(row(s, "one element NaN").caught);
+  EXPECT_TRUE(row(s, "one reduction term dropped").caught);
+  EXPECT_TRUE(row(s, "2 ULP away from zero").caught);
+  EXPECT_FALSE(row(s, "truncation").caught);
+  EXPECT_FALSE(row(s, "2 ULP on 1%").caught);
+  EXPECT_EQ(row(s, "one element NaN").planted, 1u);
+  const std::string text = render_sensitivity_text(s);
+  EXPECT_NE(text.find("2 planted bug(s) would pass this rule unnoticed"), std::string::npos)
+      << text;
+}
+
+TEST_F(SensitivityTest, Ulp1CatchesTheSparseErrorAndTheBiasCheckCatchesTruncation) {
+  const Sensitivity ulp = run("ulp:1");
+  EXPECT_TRUE(row(ulp, "2 ULP on 1%").caught);
+  const Sensitivity biased = run("rmse", /*check_bias=*/true);
+  EXPECT_TRUE(row(biased, "truncation").caught);
+  const Sensitivity exact = run("exact");
+  for (std::size_t i = 1; i < exact.rows.size(); ++i)
+    EXPECT_TRUE(exact.rows[i].caught) << exact.rows[i].bug;
+}
+
+TEST_F(SensitivityTest, TruncationNeedsATruth) {
+  const Sensitivity s = run("ulp:1", false, /*with_truth=*/false);
+  EXPECT_FALSE(row(s, "truncation").applicable);
+  EXPECT_NE(render_sensitivity_json(s).find(R"("bug":"truncation toward zero","applicable":false)"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace numalign
