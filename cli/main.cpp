@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "numalign/consistency.hpp"
 #include "numalign/judge.hpp"
 #include "numalign/metrics.hpp"
 #include "numalign/sensitivity.hpp"
@@ -75,6 +76,16 @@ void add_output_options(CLI::App* cmd, CommonOptions& c) {
   cmd->add_option("-o,--output", c.output, "write the report here (atomically) instead of stdout");
   cmd->add_flag("-v,--verbose", c.verbose, "list every tensor with its reason");
   cmd->add_flag("--no-progress", c.no_progress, "never draw a progress bar");
+  cmd->add_option("--threads", c.threads, "threads (default: all cores)");
+}
+
+// Commands whose output is a table in text or JSON (sensitivity, consistent).
+void add_table_options(CLI::App* cmd, CommonOptions& c) {
+  cmd->add_option("--only", c.only, "only tensors matching this glob (repeatable)");
+  cmd->add_option("--format", c.format, "report format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("-o,--output", c.output, "write it here (atomically) instead of stdout");
   cmd->add_option("--threads", c.threads, "threads (default: all cores)");
 }
 
@@ -236,12 +247,7 @@ int main(int argc, char** argv) {
       ->add_option("--terms", sensitivity_options.reduction_terms,
                    "K of the dropped reduction term (a term is rms(truth) / sqrt(K))")
       ->capture_default_str();
-  sensitivity_cmd->add_option("--only", common.only, "only tensors matching this glob");
-  sensitivity_cmd->add_option("--format", common.format, "report format")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
-  sensitivity_cmd->add_option("-o,--output", common.output, "write the table here (atomically)");
-  sensitivity_cmd->add_option("--threads", common.threads, "threads (default: all cores)");
+  add_table_options(sensitivity_cmd, common);
 
   std::string a, b;
   std::string compare_rule = "exact";
@@ -250,6 +256,16 @@ int main(int argc, char** argv) {
   compare_cmd->add_option("b", b, "second trace (taken as ref)")->required();
   compare_cmd->add_option("--rule", compare_rule, "ulp:K, exact or abs:X")->capture_default_str();
   add_output_options(compare_cmd, common);
+
+  std::vector<std::string> consistent_files;
+  std::string consistent_rule = "exact";
+  auto* consistent_cmd = app.add_subcommand(
+      "consistent", "replicated tensors agree across ranks (one trace per rank, rank 0 first)");
+  consistent_cmd->add_option("files", consistent_files, "traces, one per rank")
+      ->required()
+      ->expected(2, -1);
+  consistent_cmd->add_option("--rule", consistent_rule, "exact or ulp:K")->capture_default_str();
+  add_table_options(consistent_cmd, common);
 
   std::string inspect_path;
   auto* inspect_cmd =
@@ -278,6 +294,18 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kCouldNotJudge;
   }
   try {
+    if (*consistent_cmd) {
+      const Rule rule = parse_rule(consistent_rule, "--rule");
+      std::vector<Trace> traces;
+      for (const auto& f : consistent_files) traces.push_back(Trace::open(f));
+      std::vector<const Trace*> ranks;
+      for (const auto& t : traces) ranks.push_back(&t);
+      const ConsistencyReport report =
+          check_consistent(ranks, consistent_files, rule, common.only, common.threads);
+      write_file_atomic(common.output, common.format == "json" ? render_consistency_json(report)
+                                                               : render_consistency_text(report));
+      return report.consistent() ? kAligned : kNotAligned;
+    }
     if (*sensitivity_cmd) {
       if (!common.policy.empty()) load_policy(common.policy, options);
       apply_rules(common.rules, options);
