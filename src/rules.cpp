@@ -161,6 +161,23 @@ namespace {
 
 using detail::format_number;
 
+// A ULP count explodes where values cancel to near zero: a difference of one ULP of the
+// tensor's typical magnitude is thousands of ULPs of a tiny output. Says so when the
+// largest |test - ref| is at most 2 ULPs at the truth's RMS magnitude (values of a few
+// times the RMS have ULPs twice as large).
+std::string cancellation_note(DType dt, const Metrics& m) {
+  if (!m.has_truth || !(m.rel_l2 > 0) || !std::isfinite(m.error)) return "";
+  const double typical = m.error / m.rel_l2;  // RMS of the truth
+  const std::uint64_t b = round_to_bits(dt, typical);
+  const double ulp = float_from_bits(dt, b + 1) - float_from_bits(dt, b);
+  if (!(ulp > 0) || !std::isfinite(ulp) || m.max_abs_ref > 2 * ulp) return "";
+  return "; yet the largest |test - ref|, " + format_number(m.max_abs_ref) + ", is " +
+         format_number(m.max_abs_ref / ulp) + " ULP at the tensor's RMS magnitude " +
+         format_number(typical) +
+         ": the ULP count explodes where values cancel to near zero (ulp:K suits results of "
+         "one identical rounding; rmse judges kernels that round at different points)";
+}
+
 Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView* truth,
                       const Metrics& m, const JudgeOptions& o) {
   Verdict v;
@@ -231,6 +248,7 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
       v.reason = (m.ulp.any_inf ? std::string("NaN against a number; ") : std::string()) +
                  "max ULP " + format_number(*v.ratio) + (pass ? " <= " : " > ") +
                  format_number(rule.param);
+      if (!pass && m.floating && !m.ulp.any_inf) v.reason += cancellation_note(test.dtype, m);
       break;
     }
     case RuleKind::kExact: {
