@@ -111,6 +111,7 @@ def judge(test, ref, truth=None, *, tol=1e-4, rules=None, policy=None, equal_nan
                        metadata=[json.dumps(x.metadata) if x is not None and x.metadata else None
                                  for x in (t, r, u)])
     report = Report(core)
+    report.tags = dict(r.metadata.get("tags") or {})
     for record in _recorders:
         record(report)
     return report

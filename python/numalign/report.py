@@ -13,6 +13,8 @@ class Report:
         self._parsed = None
         # Set by capture.isolate(): modules by their own worst ratio / limit, worst first.
         self.ranking = None
+        # The reference trace's tags per tensor (set by judge()), for by_tag().
+        self.tags = {}
 
     @property
     def _data(self) -> dict:
@@ -50,6 +52,24 @@ class Report:
     def tensors(self) -> list:
         """One dict per tensor (JSON field names), failures first."""
         return self._data["tensors"]
+
+    def by_tag(self, *keys) -> dict:
+        """Verdicts summarised by the reference trace's tags: ``{(value, ...): {"tensors",
+        "passed", "failed", "errors", "max_ratio"}}`` for the tag ``keys`` (e.g. ``"path",
+        "m"``), in the order the tags first appear; untagged tensors under ``("",) * n``."""
+        results = {t["name"]: t for t in self.tensors}
+        groups = {}
+        names = [n for n in self.tags if n in results] + [n for n in results if n not in self.tags]
+        for name in names:
+            t, tag = results[name], self.tags.get(name, {})
+            g = groups.setdefault(tuple(str(tag.get(k, "")) for k in keys),
+                                  {"tensors": 0, "passed": 0, "failed": 0, "errors": 0,
+                                   "max_ratio": None})
+            g["tensors"] += 1
+            g[{"pass": "passed", "fail": "failed"}.get(t["verdict"], "errors")] += 1
+            if t.get("ratio") is not None:
+                g["max_ratio"] = t["ratio"] if g["max_ratio"] is None else max(g["max_ratio"], t["ratio"])
+        return groups
 
     def __getitem__(self, name: str) -> dict:
         for t in self.tensors:
