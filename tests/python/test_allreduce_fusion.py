@@ -9,7 +9,7 @@ from test_distributed import run_ranks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "allreduce_fusion"))
 import allreduce  # noqa: E402
-import run as fusion  # noqa: E402
+import judge_sweep as fusion  # noqa: E402
 
 
 def _sweep(rank, world, out_dir):

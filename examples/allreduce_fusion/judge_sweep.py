@@ -1,4 +1,4 @@
-"""run.py: the fused all-reduce sweep on 2 CPU ranks (gloo), judged on rank 0 with exact,
+"""judge_sweep.py: the fused all-reduce sweep on 2 CPU ranks (gloo), judged on rank 0 with exact,
 ulp:1, rmse and abs:0.13 against the float64 truth, summarised by tag."""
 from __future__ import annotations
 
