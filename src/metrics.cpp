@@ -16,8 +16,10 @@ namespace numalign {
 std::string ulp_bin_label(int bin) {
   if (bin == kUlpInfBin) return "inf";
   if (bin <= 2) return std::to_string(bin);
-  const std::uint64_t hi = std::uint64_t{1} << (bin - 1);  // bins 3.. cover (hi/2, hi]
-  return std::to_string(hi / 2 + 1) + "-" + std::to_string(hi);
+  // Bins 3.. cover (2^(bin-2), 2^(bin-1)]; the last finite one ends at 2^64 - 1.
+  const std::uint64_t lo = (std::uint64_t{1} << (bin - 2)) + 1;
+  const std::uint64_t hi = bin - 1 < 64 ? std::uint64_t{1} << (bin - 1) : ~std::uint64_t{0};
+  return std::to_string(lo) + "-" + std::to_string(hi);
 }
 
 std::string format_shape(const Shape& shape) {

@@ -6,16 +6,107 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
+import tempfile
+import time
+import traceback
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
+from . import _core
 from ._tensors import flatten
+from .report import Report
 from .trace import Trace
 
 
 def _rank_world(group):
     return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _rank0(group):
+    """Rank 0 of ``group`` as a global rank (what gather and broadcast take)."""
+    return dist.get_global_rank(group, 0) if group is not None else 0
+
+
+def judge(test, ref, truth=None, *, group=None, on_all_ranks=False, **options):
+    """Each rank judges its own tensors (as ``numalign.judge``, with the same options); only
+    the small per-tensor results travel. Rank 0 returns one merged Report whose names carry
+    a ``rank<N>/`` prefix (failures worst first across ranks, each rank's warnings and
+    first divergence labelled, tags gain ``rank``); the other ranks return None, or the
+    same merged Report with ``on_all_ranks=True``."""
+    from .api import judge as judge_here
+
+    rank, world = _rank_world(group)
+    local = judge_here(test, ref, truth, **options)
+    mine = (local._core, local.tags)
+    if on_all_ranks:
+        parts = [None] * world
+        dist.all_gather_object(parts, mine, group=group)
+    else:
+        parts = [None] * world if rank == 0 else None
+        dist.gather_object(mine, parts, dst=_rank0(group), group=group)
+        if rank != 0:
+            return None
+    merged = Report(_core.merge_reports([(f"rank{r}/", core) for r, (core, _) in enumerate(parts)],
+                                        f"{world} ranks, each judged on its own tensors"))
+    tags = {}
+    for t in merged.tensors:  # every tensor gets its rank, tagged in the trace or not
+        prefix, _, name = t["name"].partition("/")
+        r = int(prefix[len("rank"):])
+        tags[t["name"]] = {**parts[r][1].get(name, {}), "rank": str(r)}
+    merged.tags = tags
+    return merged
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank, fn, args, world, port, out_dir, backend):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    try:
+        result = fn(*args)
+        torch.save(result, os.path.join(out_dir, f"result.{rank}.pt"))
+    except BaseException:
+        with open(os.path.join(out_dir, f"error.{rank}.txt"), "w", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn, world_size: int, args=(), *, timeout: float = 300.0, backend: str = "gloo"):
+    """Runs ``fn(*args)`` in ``world_size`` fresh processes that form one process group
+    (``backend``, on this machine) and returns their return values in rank order. ``fn``
+    must be importable by name (a module-level function): the processes are spawned. A
+    rank that raises fails the call with its traceback; past ``timeout`` seconds every rank
+    is stopped and TimeoutError raised. The group is torn down on every rank either way."""
+    with tempfile.TemporaryDirectory(prefix="numalign-ranks-") as out:
+        ctx = mp.start_processes(_rank_main, args=(fn, tuple(args), world_size, _free_port(), out, backend),
+                                 nprocs=world_size, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{world_size} rank(s) of {getattr(fn, '__name__', fn)} "
+                                       f"still running after {timeout:g} s")
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+            failed = sorted(f for f in os.listdir(out) if f.startswith("error."))
+            detail = "\n".join(open(os.path.join(out, f), encoding="utf-8").read() for f in failed)
+            raise RuntimeError(f"a rank of {getattr(fn, '__name__', fn)} failed:\n{detail or e}") from None
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        # Written by our own ranks into our own directory: not untrusted input.
+        return [torch.load(os.path.join(out, f"result.{r}.pt"), weights_only=False)
+                for r in range(world_size)]
 
 
 def rank_path(path, rank: int | None = None, group=None) -> str:
@@ -84,8 +175,7 @@ def check_consistent(tensors, rule: str = "exact", group=None) -> dict:
     for n in to_compare:
         ref = mine[n].detach().cpu().contiguous().clone() if rank == 0 else torch.empty(
             summaries[0][n][1], dtype=getattr(torch, summaries[0][n][0].replace("torch.", "")))
-        dist.broadcast(ref, src=dist.get_global_rank(group, 0) if group is not None else 0,
-                       group=group)
+        dist.broadcast(ref, src=_rank0(group), group=group)
         if rank == 0 or n not in mine or summary[n] == summaries[0][n]:
             continue
         local = mine[n].detach().cpu()

@@ -15,6 +15,8 @@ class Report:
         self.ranking = None
         # The reference trace's tags per tensor (set by judge()), for by_tag().
         self.tags = {}
+        # Set by training.check_resume(): the first tensor, in state order, that differs.
+        self.first_differing = None
 
     @property
     def _data(self) -> dict:
@@ -95,7 +97,8 @@ class Report:
         return self._core.text(verbose)
 
     def __str__(self) -> str:
-        return self._ranking_text() + self._core.text(False)
+        head = f"first tensor that differs: {self.first_differing}\n\n" if self.first_differing else ""
+        return head + self._ranking_text() + self._core.text(False)
 
     def _ranking_text(self) -> str:
         if not self.ranking:

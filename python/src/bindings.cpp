@@ -3,6 +3,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/variant.h>
@@ -15,6 +16,7 @@
 #include "numalign/divergence.hpp"
 #include "numalign/error.hpp"
 #include "numalign/judge.hpp"
+#include "numalign/report_transfer.hpp"
 #include "numalign/sensitivity.hpp"
 #include "numalign/trace.hpp"
 #include "numalign/version.hpp"
@@ -94,7 +96,25 @@ NB_MODULE(_core, m) {
           "verbose"_a = false)
       .def("json", [](const Report& r) { return render_json(r); })
       .def("junit", [](const Report& r) { return render_junit(r); })
-      .def("html", [](const Report& r) { return render_html(r); });
+      .def("html", [](const Report& r) { return render_html(r); })
+      // Picklable, so that ranks (or pytest workers) can send their reports.
+      .def("__getstate__",
+           [](const Report& r) {
+             const std::string bytes = encode_report(r);
+             return nb::bytes(bytes.data(), bytes.size());
+           })
+      .def("__setstate__", [](Report& r, const nb::bytes& state) {
+        new (&r) Report(decode_report({state.c_str(), state.size()}, "pickled report"));
+      });
+
+  m.def(
+      "merge_reports",
+      [](const std::vector<std::pair<std::string, const Report*>>& parts, std::string title) {
+        std::vector<ReportPart> copies;
+        for (const auto& [prefix, report] : parts) copies.push_back({prefix, *report});
+        return merge_reports(std::move(copies), std::move(title));
+      },
+      "parts"_a, "title"_a);
 
   // Options are built once in Python (numalign.api._options) and shared by judge and
   // sensitivity.

@@ -107,6 +107,19 @@ TEST(MetricsTest, UlpStatisticsAndHistogram) {
   EXPECT_FALSE(m.has_truth);
 }
 
+// The last finite bin, (2^63, 2^64): float64 values of opposite signs far from zero. Its
+// label once shifted by 64 (found by fuzz_report).
+TEST(MetricsTest, TheWidestUlpDistancesHaveABinAndALabel) {
+  const std::vector<double> test{1e308}, ref{-1e308};
+  const TensorView t{DType::F64, {1}, reinterpret_cast<const std::byte*>(test.data())};
+  const TensorView r{DType::F64, {1}, reinterpret_cast<const std::byte*>(ref.data())};
+  const Metrics m = compute_metrics(t, r, nullptr);
+  EXPECT_GT(m.ulp.max, std::uint64_t{1} << 63);
+  EXPECT_EQ(m.ulp.hist[kUlpInfBin - 1], 1u);
+  EXPECT_EQ(ulp_bin_label(kUlpInfBin - 1), "9223372036854775809-18446744073709551615");
+  EXPECT_EQ(ulp_bin_label(kUlpInfBin - 2), "4611686018427387905-9223372036854775808");
+}
+
 TEST(MetricsTest, SignedZerosAreZeroUlpsApartButNotBitwiseEqual) {
   const float test[2] = {0.0f, -0.0f}, ref[2] = {-0.0f, 0.0f};
   const TensorView t{DType::F32, {2}, reinterpret_cast<const std::byte*>(test)};

@@ -1,49 +1,23 @@
 """test_distributed.py: numalign.distributed on real torch.distributed process groups (gloo,
 CPU, 2 and 4 ranks): replicated tensors checked across ranks, per-rank traces and the
-`numalign consistent` CLI on them. Every process group is torn down, even on failure."""
+`numalign consistent` CLI on them, rank-aware judging merged on rank 0. Every process group
+is torn down, even on failure (numalign.distributed.spawn)."""
 import json
 import os
-import socket
-import traceback
+import pickle
+import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+import numalign
+from numalign import distributed
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank, world, port, body, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        result = body(rank, world, out_dir)
-        with open(os.path.join(out_dir, f"result.{rank}.json"), "w") as f:
-            json.dump(result, f)
-    except BaseException:
-        with open(os.path.join(out_dir, f"error.{rank}.txt"), "w") as f:
-            f.write(traceback.format_exc())
-        raise
-    finally:
-        dist.destroy_process_group()
-
-
-def run_ranks(body, world, tmp_path, timeout=120):
-    """Runs body(rank, world, out_dir) on `world` gloo ranks; returns each rank's result."""
-    ctx = mp.start_processes(_worker, args=(world, _free_port(), body, str(tmp_path)),
-                             nprocs=world, join=False, start_method="spawn")
-    try:
-        while not ctx.join(timeout=timeout):
-            pass
-    except Exception:
-        errors = sorted(tmp_path.glob("error.*.txt"))
-        pytest.fail("a rank failed:\n" + "\n".join(e.read_text() for e in errors))
-    return [json.loads((tmp_path / f"result.{r}.json").read_text()) for r in range(world)]
+def run_ranks(body, world, tmp_path):
+    """body(out_dir) on `world` gloo ranks; every rank's return value."""
+    return distributed.spawn(body, world, (str(tmp_path),), timeout=120)
 
 
 def _weights(rank):
@@ -62,9 +36,8 @@ def _weights(rank):
     return state
 
 
-def _check(rank, world, out_dir):
-    from numalign import distributed
-
+def _check(out_dir):
+    rank = dist.get_rank()
     state = _weights(rank)
     exact = distributed.check_consistent(state, "exact")
     ulp1 = distributed.check_consistent(state, "ulp:1")
@@ -128,3 +101,70 @@ def test_cli_consistent_reports_missing_tensors_and_refuses_other_rules(cli, exa
     assert p.returncode == 2 and "consistent takes exact or ulp:K" in p.stderr
     p = cli("consistent", a)
     assert p.returncode == 2, "one rank is nothing to compare"
+
+
+def _rank_outputs(rank):
+    """What a rank's kernel produced: every rank matches its reference except rank 1's
+    `out`, which carries a tenth of its values as error."""
+    torch.manual_seed(rank)
+    truth = {"out": torch.randn(256, dtype=torch.float64), "scale": torch.rand(16, dtype=torch.float64)}
+    ref = {k: v.float() for k, v in truth.items()}
+    test = {k: v.clone() for k, v in ref.items()}
+    if rank == 1:
+        test["out"] = test["out"] * 1.1
+    return test, ref, truth
+
+
+def _judge_ranks(out_dir):
+    rank = dist.get_rank()
+    test, ref, truth = _rank_outputs(rank)
+    merged = distributed.judge(test, ref, truth)
+    everywhere = distributed.judge(test, ref, truth, on_all_ranks=True)
+    alone = numalign.judge(test, ref, truth)
+    return {"merged": None if merged is None else merged.to_json(),
+            "merged_text": None if merged is None else str(merged),
+            "by_rank": None if merged is None else {k[0]: v["tensors"] for k, v in merged.by_tag("rank").items()},
+            "everywhere": everywhere.to_json(), "alone": alone.to_json()}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_judge_merges_every_ranks_results_on_rank_0(tmp_path, world):
+    results = run_ranks(_judge_ranks, world, tmp_path)
+    assert all(r["merged"] is None for r in results[1:]), "only rank 0 gets the merged report"
+    assert all(r["everywhere"] == results[0]["merged"] for r in results), "on_all_ranks: the same"
+    merged = json.loads(results[0]["merged"])
+    assert not merged["aligned"]
+    assert merged["summary"]["tensors"] == 2 * world
+    assert merged["tensors"][0]["name"] == "rank1/out" and merged["summary"]["worst"] == "rank1/out"
+    # Each merged entry is what that rank's own judgement found, under its prefix.
+    for r, result in enumerate(results):
+        for t in json.loads(result["alone"])["tensors"]:
+            merged_t = next(m for m in merged["tensors"] if m["name"] == f"rank{r}/{t['name']}")
+            assert {**t, "name": merged_t["name"]} == merged_t
+    assert results[0]["by_rank"] == {str(r): 2 for r in range(world)}
+    assert "NOT ALIGNED: %d of %d tensors pass, 1 fail; worst: rank1/out" % (2 * world - 1, 2 * world) \
+        in results[0]["merged_text"]
+
+
+def test_reports_pickle_with_every_field():
+    test, ref, truth = _rank_outputs(1)
+    report = numalign.judge(test, ref, truth, magnitude_profile=True)
+    back = pickle.loads(pickle.dumps(report))
+    assert back.to_json() == report.to_json() and back.to_html() == report.to_html()
+    assert str(back) == str(report)
+    state = report._core.__getstate__()
+    with pytest.raises(ValueError, match="pickled report: not a report this numalign"):
+        type(report._core).__new__(type(report._core)).__setstate__(state[:-3])
+
+
+def _rank_1_raises(out_dir):
+    if dist.get_rank() == 1:
+        raise ValueError("rank 1 gives up")
+    dist.barrier()  # rank 0 would wait here for ever
+
+
+def test_spawn_reports_a_failing_rank_and_stops_the_others(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"(?s)a rank of _rank_1_raises failed.*rank 1 gives up"):
+        run_ranks(_rank_1_raises, 2, tmp_path)
+    assert time.monotonic() - start < 60, "the waiting rank was stopped, not left to time out"
