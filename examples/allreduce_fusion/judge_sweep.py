@@ -1,19 +1,18 @@
-"""judge_sweep.py: the fused all-reduce sweep on 2 CPU ranks (gloo), judged on rank 0 with exact,
-ulp:1, rmse and abs:0.13 against the float64 truth, summarised by tag."""
+"""judge_sweep.py: the fused all-reduce + residual + RMSNorm sweep on 2 CPU ranks (gloo), judged
+on rank 0 with exact, ulp:1, rmse and abs:0.13 against the float64 truth, summarised by tag."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from allreduce import sweep  # noqa: E402
 
 import numalign  # noqa: E402
 from numalign import Trace  # noqa: E402
+from numalign.distributed import spawn  # noqa: E402
 
 RULES = ("exact", "ulp:1", "rmse", "abs:0.13")
 
@@ -45,43 +44,34 @@ def summary(reports, *keys):
 def table(reports, *keys):
     """Passing cases per variant and rule, one row per value of the tag keys."""
     found = summary(reports, *keys)
-    lines = [f"{'variant':<12} {' '.join(keys):<12}" + "".join(f"{r:>11}" for r in RULE_COLUMNS)]
+    width = max(len(" ".join(keys)), *(len(tag) for by_rule in found.values() for tag in by_rule["exact"])) + 1
+    lines = [f"{'variant':<12} {' '.join(keys):<{width}}" + "".join(f"{r:>11}" for r in RULE_COLUMNS)]
     for variant, by_rule in found.items():
         for tag in by_rule["exact"]:
             cells = "".join(f"{'%d/%d' % by_rule[r][tag]:>11}" for r in RULE_COLUMNS)
-            lines.append(f"{variant:<12} {tag:<12}{cells}")
+            lines.append(f"{variant:<12} {tag:<{width}}{cells}")
     return "\n".join(lines)
 
 
 def report_text(reports):
     worst = next(t for t in reports["fused", "ulp:1"].tensors if t["verdict"] == "fail")
     return "\n\n".join([
-        "passing cases (of each tag's cases) per rule, by the signs of the operands:",
-        table(reports, "signs"),
-        "and by kernel path and magnitude:",
-        table(reports, "path", "magnitude"),
+        "passing cases (of each tag's cases) per rule, by output and the signs of the operands:",
+        table(reports, "output", "signs"),
+        "by output and magnitude:",
+        table(reports, "output", "magnitude"),
+        "and by kernel path:",
+        table(reports, "path"),
         f"fused under ulp:1, {worst['name']}: {worst['reason']}"]) + "\n"
 
 
-def _rank(rank, world, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        runs, tags = sweep()
-        if rank == 0:
-            with open(out, "w") as f:
-                f.write(report_text(judge_all(runs, tags)))
-    finally:
-        dist.destroy_process_group()
+def _sweep_text():
+    runs, tags = sweep()
+    return report_text(judge_all(runs, tags)) if dist.get_rank() == 0 else None
 
 
 def main():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = os.path.abspath("allreduce_fusion.txt")
-    mp.start_processes(_rank, args=(2, port, out), nprocs=2, start_method="spawn")
-    print(open(out).read(), end="")
+    print(spawn(_sweep_text, 2)[0], end="")
 
 
 if __name__ == "__main__":
