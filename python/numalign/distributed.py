@@ -142,14 +142,6 @@ def _digest(t: torch.Tensor) -> str:
     return h.hexdigest()
 
 
-def _index(shape, flat):
-    idx = []
-    for d in reversed(shape):
-        idx.append(flat % d)
-        flat //= d
-    return "(" + ", ".join(map(str, reversed(idx))) + ("," if len(shape) == 1 else "") + ")"
-
-
 def check_consistent(tensors, rule: str = "exact", group=None) -> dict:
     """On every rank of ``group``: do the tensors that must be replicated (a dict, a module's
     state, any nested structure) agree with rank 0's, bitwise (``"exact"``) or within
@@ -185,7 +177,7 @@ def check_consistent(tensors, rule: str = "exact", group=None) -> dict:
         # reason, also covers a loosened ulp:K.
         r = judge({n: local}, {n: ref}, rules={"*": (rule, "replicated across ranks")})[n]
         results[n] = {"rank": rank, "elements_differ": len(differ),
-                      "first_index": _index(local.shape, first),
+                      "first_index": _core.format_index(list(local.shape), first),
                       "value": local.reshape(-1)[first].item(),
                       "rank0_value": ref.reshape(-1)[first].item(), "max_ulp": r["max_ulp"],
                       "within_rule": r["verdict"] == "pass" and rule != "exact"}

@@ -107,6 +107,9 @@ NB_MODULE(_core, m) {
         new (&r) Report(decode_report({state.c_str(), state.size()}, "pickled report"));
       });
 
+  // "(3, 5)": the index of a flat position, as every report writes it.
+  m.def("format_index", &format_index, "shape"_a, "flat"_a);
+
   m.def(
       "merge_reports",
       [](const std::vector<std::pair<std::string, const Report*>>& parts, std::string title) {
