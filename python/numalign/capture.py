@@ -57,22 +57,30 @@ def _upstream_grad(out: torch.Tensor, name: str, seed: int) -> torch.Tensor:
     return torch.randn(out.shape, dtype=torch.float64, generator=g).to(out.dtype).to(out.device)
 
 
+def _as_args(inputs):
+    return inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
+
+
+def _module_copy(module, dtype, device):
+    """A deep copy of ``module`` with its floating parameters cast: the caller's model is
+    left untouched."""
+    copied = copy.deepcopy(module).to(device)
+    for p in copied.parameters():
+        if p.is_floating_point():
+            p.data = p.data.to(dtype)
+    copied.zero_grad(set_to_none=True)
+    return copied
+
+
 def _prepare(fn, inputs, dtype, device):
-    """(callable, module copy or None, cast inputs, fingerprints): a module is deep-copied
-    with its floating parameters cast, so the caller's model is left untouched."""
-    inputs_list = inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
+    """(callable, module copy or None, cast inputs, fingerprints of inputs and parameters)."""
+    inputs_list = _as_args(inputs)
     fingerprints = {f"input.{k}": fingerprint(v) for k, v in flatten(inputs_list).items()
                     if isinstance(v, torch.Tensor)}
     module = None
     if isinstance(fn, torch.nn.Module):
-        for name, p in fn.named_parameters():
-            fingerprints[f"param.{name}"] = fingerprint(p)
-        module = copy.deepcopy(fn).to(device)
-        for p in module.parameters():
-            if p.is_floating_point():
-                p.data = p.data.to(dtype)
-        module.zero_grad(set_to_none=True)
-        fn = module
+        fingerprints.update({f"param.{name}": fingerprint(p) for name, p in fn.named_parameters()})
+        module = fn = _module_copy(fn, dtype, device)
     return fn, module, _cast(inputs_list, dtype, device), fingerprints
 
 

@@ -11,7 +11,7 @@ import torch
 
 from ._module_hooks import _tensors_of
 from .api import judge
-from .capture import _cast, _forward_backward, _prepare, tf32_off
+from .capture import _as_args, _cast, _forward_backward, _module_copy, tf32_off
 from .report import Report
 from .trace import Trace
 
@@ -57,8 +57,7 @@ class _Calls:
 
 def _run_isolated(model, calls, dtype, device):
     """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags."""
-    _, copy, _, _ = _prepare(model, (), dtype, device)
-    by_path = dict(copy.named_modules())
+    by_path = dict(_module_copy(model, dtype, device).named_modules())
     tensors, tags = {}, {}
 
     def keep(name, t, path, kind):
@@ -97,7 +96,9 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     for m in (model_test, model_ref):
         if not isinstance(m, torch.nn.Module):
             raise TypeError(f"isolate needs torch.nn.Module models, got {type(m).__name__}")
-    call, _, args, _ = _prepare(model_ref, inputs, torch.float64, device)
+    # No fingerprints here: the three runs are made from one set of inputs, in this call.
+    call = _module_copy(model_ref, torch.float64, device)
+    args = _cast(_as_args(inputs), torch.float64, device)
     calls = _Calls(call, modules)
     handles = calls.hooks()
     try:
