@@ -396,36 +396,52 @@ Metrics finish(const MetricsInput& in, const Partial& p) {
 
 }  // namespace
 
-std::vector<Metrics> compute_metrics(std::span<const MetricsInput> inputs,
-                                     const MetricOptions& options, int threads,
-                                     const std::function<void(double, double)>& progress) {
+void detail::compute_metrics_into(std::span<const MetricsInput> inputs,
+                                  std::span<Metrics* const> out, const MetricOptions& options,
+                                  int threads,
+                                  const std::function<void(double, double)>& progress) {
   struct Task {
     std::size_t tensor;
     std::uint64_t begin, end;
+    std::size_t partial;  // slot of a chunk of a tensor of several chunks; kWhole: one chunk
   };
+  constexpr std::size_t kWhole = ~std::size_t{0};
   std::vector<Task> tasks;
   std::vector<std::size_t> first_task(inputs.size() + 1);
+  std::size_t chunked = 0;
   double total_bytes = 0;
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     first_task[k] = tasks.size();
     const std::uint64_t n = inputs[k].test->numel();
-    for (std::uint64_t b = 0; b < n; b += kChunk) tasks.push_back({k, b, std::min(n, b + kChunk)});
-    if (n == 0) tasks.push_back({k, 0, 0});
+    if (n <= kChunk) {
+      tasks.push_back({k, 0, n, kWhole});
+    } else {
+      for (std::uint64_t b = 0; b < n; b += kChunk) {
+        tasks.push_back({k, b, std::min(n, b + kChunk), chunked++});
+      }
+    }
     total_bytes += static_cast<double>(inputs[k].test->nbytes() * 2 +
                                        (inputs[k].truth ? inputs[k].truth->nbytes() : 0));
   }
   first_task[inputs.size()] = tasks.size();
-  std::vector<Partial> partials(tasks.size());
+  // Only chunks of large tensors wait to be merged: a small tensor is finished where it is
+  // computed, straight into its result (no partial kept per tensor, no second copy).
+  std::vector<Partial> partials(chunked);
   std::atomic<double> done_bytes{0};
   detail::parallel_for(
       tasks.size(), detail::resolve_threads(threads),
       [&](std::size_t i) {
         const Task& task = tasks[i];
-        partials[i] =
-            options.kernel == MetricKernel::scalar
-                ? detail::accumulate_scalar(inputs[task.tensor], options, task.begin, task.end)
-                : detail::accumulate_simd(inputs[task.tensor], options, task.begin, task.end);
         const MetricsInput& in = inputs[task.tensor];
+        Partial p = options.kernel == MetricKernel::scalar
+                        ? detail::accumulate_scalar(in, options, task.begin, task.end)
+                        : detail::accumulate_simd(in, options, task.begin, task.end);
+        if (task.partial == kWhole) {
+          *out[task.tensor] = finish(in, p);
+        } else {
+          partials[task.partial] = std::move(p);
+        }
+        if (!progress) return;
         const double per_element =
             2.0 * static_cast<double>(element_size(in.test->dtype)) +
             (in.truth ? static_cast<double>(element_size(in.truth->dtype)) : 0);
@@ -436,14 +452,25 @@ std::vector<Metrics> compute_metrics(std::span<const MetricsInput> inputs,
       },
       progress ? std::function<void()>([&] { progress(done_bytes.load(), total_bytes); })
                : std::function<void()>());
-  std::vector<Metrics> out;
-  out.reserve(inputs.size());
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    Partial total = std::move(partials[first_task[k]]);
-    for (std::size_t i = first_task[k] + 1; i < first_task[k + 1]; ++i) total.merge(partials[i]);
-    out.push_back(finish(inputs[k], total));
+    const Task& first = tasks[first_task[k]];
+    if (first.partial == kWhole) continue;
+    Partial total = std::move(partials[first.partial]);
+    for (std::size_t i = first_task[k] + 1; i < first_task[k + 1]; ++i) {
+      total.merge(partials[tasks[i].partial]);
+    }
+    *out[k] = finish(inputs[k], total);
   }
-  return out;
+}
+
+std::vector<Metrics> compute_metrics(std::span<const MetricsInput> inputs,
+                                     const MetricOptions& options, int threads,
+                                     const std::function<void(double, double)>& progress) {
+  std::vector<Metrics> metrics(inputs.size());
+  std::vector<Metrics*> out(inputs.size());
+  for (std::size_t k = 0; k < inputs.size(); ++k) out[k] = &metrics[k];
+  detail::compute_metrics_into(inputs, out, options, threads, progress);
+  return metrics;
 }
 
 Metrics compute_metrics(const TensorView& test, const TensorView& ref, const TensorView* truth,

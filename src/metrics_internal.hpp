@@ -77,6 +77,11 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
 // every count, maximum, index and histogram bin is identical.
 Partial accumulate_simd(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
                         std::uint64_t end);
+// compute_metrics writing each tensor's metrics to out[k] (callers that keep metrics inside
+// larger results, as judge does, avoid a second copy of them).
+void compute_metrics_into(std::span<const MetricsInput> inputs, std::span<Metrics* const> out,
+                          const MetricOptions& options, int threads,
+                          const std::function<void(double, double)>& progress);
 // The SIMD targets compiled in that this CPU runs, best first (the last needs no
 // extension); accumulate_simd uses the first unless a test chooses another by name (the
 // empty name restores the best; an unknown one throws std::invalid_argument).

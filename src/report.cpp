@@ -43,7 +43,7 @@ void Report::sort() {
   auto rank = [](VerdictKind k) {
     return k == VerdictKind::kError ? 0 : k == VerdictKind::kFail ? 1 : 2;
   };
-  // Sorts positions, then moves each result once: a result holds a whole Metrics.
+  // Sorts positions, then moves each result into place: a result holds a whole Metrics.
   std::vector<std::size_t> by(tensors.size());
   for (std::size_t i = 0; i < by.size(); ++i) by[i] = i;
   std::stable_sort(by.begin(), by.end(), [&](std::size_t i, std::size_t j) {
@@ -55,10 +55,20 @@ void Report::sort() {
     }
     return a.order < b.order;
   });
-  std::vector<TensorResult> sorted;
-  sorted.reserve(tensors.size());
-  for (std::size_t i : by) sorted.push_back(std::move(tensors[i]));
-  tensors = std::move(sorted);
+  // Applied in place, cycle by cycle: a sorted copy would touch as much new memory again.
+  for (std::size_t start = 0; start < by.size(); ++start) {
+    if (by[start] == start) continue;
+    TensorResult held = std::move(tensors[start]);
+    std::size_t at = start;
+    while (by[at] != start) {
+      tensors[at] = std::move(tensors[by[at]]);
+      const std::size_t next = by[at];
+      by[at] = at;
+      at = next;
+    }
+    tensors[at] = std::move(held);
+    by[at] = at;
+  }
 }
 
 const char* verdict_word(VerdictKind k) {
