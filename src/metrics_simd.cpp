@@ -473,7 +473,12 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
     VD sq_err_test = hn::Zero(d), sq_err_ref = hn::Zero(d), sq_truth = hn::Zero(d);
     VD sq_test = hn::Zero(d), test_dot_truth = hn::Zero(d), err_sum = hn::Zero(d);
     VD probe = hn::Zero(d);  // sum of |t - r|: non-finite iff some input lane is (or huge)
-    std::uint64_t block_undecided_not_close = 0;
+    // Lanes inside the band are decided after the loop: a call inside it would make the
+    // compiler keep every accumulator in memory (a call clobbers all vector registers).
+    auto undecided_in = [&](VD diff, VD at, hn::Mask<D> far) {
+      return hn::AndNot(far, hn::Gt(diff, hn::MulAdd(at, lo_slope, lo_intercept)));
+    };
+    auto any_undecided = hn::FirstN(d, 0);
     for (std::size_t i = 0; i < n; i += N) {
       const Lanes v = codec.Load(i);
       const VD diff = hn::Abs(hn::Sub(v.test, v.ref));
@@ -482,9 +487,7 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
       const VD hi = hn::MulAdd(at, hi_slope, hi_intercept);
       const auto far = hn::Ge(diff, hi);
       far_differ = CountIn(far_differ, far, low);
-      const auto undecided = hn::AndNot(far, hn::Gt(diff, hn::MulAdd(at, lo_slope, lo_intercept)));
-      if (HWY_UNLIKELY(!hn::AllFalse(d, undecided)))
-        block_undecided_not_close += NotCloseAmong(undecided, codec, i, dt, opt);
+      any_undecided = hn::Or(any_undecided, undecided_in(diff, at, far));
       if constexpr (Codec::kBlockDistances) {
         // taken by Start
       } else if constexpr (Codec::kFloating) {  // values that differ: counted by the histogram
@@ -514,12 +517,48 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
         probe = hn::Add(probe, diff);
       }
     }
-    // Every input lane finite? A NaN or Inf in test or ref reaches e or er (or |t - r|),
-    // one in truth reaches both. Otherwise the scalar path redoes the block.
+    // Reduced to scalars before anything below calls out: a vector that lives across a
+    // call is kept in memory, and the compiler then keeps it there in the loop above too.
     const double s_err_test = kTruth ? SumLanes(sq_err_test) : 0;
     const double s_err_ref = kTruth ? SumLanes(sq_err_ref) : 0;
-    const bool finite = kTruth ? std::isfinite(s_err_test) && std::isfinite(s_err_ref)
-                               : std::isfinite(SumLanes(probe));
+    const double s_truth = kTruth ? SumLanes(sq_truth) : 0;
+    const double s_test = kTruth ? SumLanes(sq_test) : 0;
+    const double s_test_dot_truth = kTruth ? SumLanes(test_dot_truth) : 0;
+    const double s_err_sum = kTruth ? SumLanes(err_sum) : 0;
+    const double s_probe = kTruth ? 0 : SumLanes(probe);
+    const double block_max_ref = hn::GetLane(hn::MaxOfLanes(d, max_ref));
+    const double block_max_truth = kTruth ? hn::GetLane(hn::MaxOfLanes(d, max_truth)) : 0;
+    std::uint64_t block_far = 0, block_differ = 0, block_t_equal = 0, block_r_equal = 0;
+    std::uint64_t test_over = 0, test_under = 0, ref_over = 0, ref_under = 0;
+    AddPaired(far_differ, block_far, block_differ);
+    if constexpr (kTruth) {
+      AddPaired(equal, block_t_equal, block_r_equal);
+      AddPaired(test_balance, test_over, test_under);
+      AddPaired(ref_balance, ref_over, ref_under);
+    }
+    std::uint64_t block_largest = 0;
+    if constexpr (Codec::kBlockDistances) {
+      block_largest = codec.largest();
+    } else if constexpr (Codec::kFloating) {
+      block_largest = hn::GetLane(hn::MaxOfLanes(du, largest));
+    }
+    const bool some_undecided = !hn::AllFalse(d, any_undecided);
+
+    std::uint64_t block_undecided_not_close = 0;
+    if (HWY_UNLIKELY(some_undecided)) {
+      for (std::size_t i = 0; i < n; i += N) {
+        const Lanes v = codec.Load(i);
+        const VD diff = hn::Abs(hn::Sub(v.test, v.ref)), at = hn::Abs(v.test);
+        const auto undecided =
+            undecided_in(diff, at, hn::Ge(diff, hn::MulAdd(at, hi_slope, hi_intercept)));
+        if (!hn::AllFalse(d, undecided))
+          block_undecided_not_close += NotCloseAmong(undecided, codec, i, dt, opt);
+      }
+    }
+    // Every input lane finite? A NaN or Inf in test or ref reaches e or er (or |t - r|),
+    // one in truth reaches both. Otherwise the scalar path redoes the block.
+    const bool finite =
+        kTruth ? std::isfinite(s_err_test) && std::isfinite(s_err_ref) : std::isfinite(s_probe);
     // The profile is added here, block by block in order, as the scalar path adds it.
     if constexpr (kTruth) {
       if (opt.magnitude_profile) add_magnitude_profile(in, base, base + n, p.magnitude);
@@ -531,41 +570,42 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
       continue;
     }
     fast_n += n;
-    p.not_close += block_undecided_not_close;
-    AddPaired(far_differ, p.not_close, p.values_differ);
+    p.not_close += block_undecided_not_close + block_far;
+    p.values_differ += block_differ;
     p.bits_differ += CountBitsDiffer(es, tp, rp, n);
     // A larger maximum than all before: find where it first occurs in this block.
-    const double block_max_ref = hn::GetLane(hn::MaxOfLanes(d, max_ref));
     if (block_max_ref > p.max_abs_ref) {
-      const VD m = hn::Set(d, block_max_ref);
       p.max_abs_ref = block_max_ref;
-      p.max_abs_ref_index = base + FirstLaneWhere(n, [&](std::size_t i) {
-                              const Lanes v = codec.Load(i);
-                              return hn::Eq(hn::Abs(hn::Sub(v.test, v.ref)), m);
-                            });
+      p.max_abs_ref_index =
+          base + FirstLaneWhere(n, [&](std::size_t i) {
+            const Lanes v = codec.Load(i);
+            return hn::Eq(hn::Abs(hn::Sub(v.test, v.ref)), hn::Set(d, block_max_ref));
+          });
     }
     if constexpr (Codec::kBlockDistances) {
-      AddUlp(codec.distances(), n, codec.largest(), base, p);
+      AddUlp(codec.distances(), n, block_largest, base, p);
     } else if constexpr (Codec::kFloating) {
-      AddUlp(dist, n, hn::GetLane(hn::MaxOfLanes(du, largest)), base, p);
+      AddUlp(dist, n, block_largest, base, p);
     }
     if constexpr (kTruth) {
       p.sq_err_test.add(s_err_test);
       p.sq_err_ref.add(s_err_ref);
-      p.sq_truth.add(SumLanes(sq_truth));
-      p.sq_test.add(SumLanes(sq_test));
-      p.test_dot_truth.add(SumLanes(test_dot_truth));
-      p.err_sum.add(SumLanes(err_sum));
-      AddPaired(equal, t_equal, r_equal);
-      AddPaired(test_balance, p.test_over, p.test_under);
-      AddPaired(ref_balance, p.ref_over, p.ref_under);
-      const double block_max_truth = hn::GetLane(hn::MaxOfLanes(d, max_truth));
+      p.sq_truth.add(s_truth);
+      p.sq_test.add(s_test);
+      p.test_dot_truth.add(s_test_dot_truth);
+      p.err_sum.add(s_err_sum);
+      t_equal += block_t_equal;
+      r_equal += block_r_equal;
+      p.test_over += test_over;
+      p.test_under += test_under;
+      p.ref_over += ref_over;
+      p.ref_under += ref_under;
       if (block_max_truth > p.max_abs_truth) {
-        const VD m = hn::Set(d, block_max_truth);
         p.max_abs_truth = block_max_truth;
         p.max_abs_truth_index =
             base + FirstLaneWhere(n, [&](std::size_t i) {
-              return hn::Eq(hn::Abs(hn::Sub(codec.Load(i).test, hn::LoadU(d, u + i))), m);
+              return hn::Eq(hn::Abs(hn::Sub(codec.Load(i).test, hn::LoadU(d, u + i))),
+                            hn::Set(d, block_max_truth));
             });
       }
     }
