@@ -42,7 +42,7 @@ struct Lanes {
 };
 
 // Sign-magnitude ordinals of 64-bit patterns and their distance, exact with wrap-around.
-VU Distance64(VU a, VU b) {
+HWY_INLINE VU Distance64(VU a, VU b) {
   const DI di;
   const DU du;
   const auto sign = hn::Set(du, std::uint64_t{1} << 63);
@@ -411,7 +411,7 @@ void AddUlp(const T* dist, std::size_t n, std::uint64_t largest, std::uint64_t b
 // How far ahead of the block being computed its inputs are fetched.
 constexpr std::uint64_t kPrefetchBlocks = 1;
 
-void PrefetchRange(const std::byte* p, std::size_t bytes) {
+HWY_INLINE void PrefetchRange(const std::byte* p, std::size_t bytes) {
   for (std::size_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 3);
 }
 
