@@ -113,7 +113,8 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   mo.magnitude_profile = options.magnitude_profile;
   // The pass writes each tensor's metrics straight into its result.
   std::vector<Metrics*> metrics(inputs.size());
-  for (std::size_t k = 0; k < inputs.size(); ++k) metrics[k] = &results[input_of[k]].metrics.emplace();
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    metrics[k] = &results[input_of[k]].metrics.emplace();
   detail::compute_metrics_into(inputs, metrics, mo, options.threads, progress);
   // Rules run on the same threads as the pass: with many small tensors, formatting each
   // verdict's reason costs about as much as the pass over its data.
