@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev libhwy-dev libbenchmark-dev clang-format \
   clang-14 libclang-rt-14-dev chromium
 .PHONY: deps deps-apt deps-python build install-python demo test test-cpp test-sanitize test-python \
-  build-fuzz fuzz fuzz-smoke bench bench-smoke format clean
+  build-fuzz fuzz fuzz-smoke bench bench-smoke format format-check clean
 
 deps: deps-apt deps-python
 
@@ -84,7 +84,7 @@ fuzz-smoke: build-fuzz
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
 
-test: test-cpp test-sanitize fuzz-smoke test-python bench-smoke
+test: format-check test-cpp test-sanitize fuzz-smoke test-python bench-smoke
 
 # The benchmark of docs/benchmarks.md: about 15 GB of traces under $(BUILD)/bench/data,
 # 5-15 minutes on 2 cores. BENCH_ARGS="--scale 0.1" for a quicker look.
@@ -100,6 +100,10 @@ bench-smoke: build install-python
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
+
+# In `make test`: every C++ file as .clang-format lays it out (`make format` fixes it).
+format-check: deps-apt
+	@clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp')
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz
