@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import re
 import socket
 import tempfile
@@ -86,6 +87,13 @@ def spawn(fn, world_size: int, args=(), *, timeout: float = 300.0, backend: str 
     must be importable by name (a module-level function): the processes are spawned. A
     rank that raises fails the call with its traceback; past ``timeout`` seconds every rank
     is stopped and TimeoutError raised. The group is torn down on every rank either way."""
+    name = getattr(fn, "__name__", repr(fn))
+    try:  # what the spawned processes receive, checked here for a clear message
+        pickle.dumps((fn, tuple(args)))
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        raise TypeError(f"spawn({name}): the function and its arguments go to fresh processes, "
+                        f"so they must be importable by name (module-level functions, or "
+                        f"functools.partial of them; no lambdas or local functions): {e}") from None
     with tempfile.TemporaryDirectory(prefix="numalign-ranks-") as out:
         ctx = mp.start_processes(_rank_main, args=(fn, tuple(args), world_size, _free_port(), out, backend),
                                  nprocs=world_size, join=False, start_method="spawn")
@@ -93,12 +101,12 @@ def spawn(fn, world_size: int, args=(), *, timeout: float = 300.0, backend: str 
         try:
             while not ctx.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{world_size} rank(s) of {getattr(fn, '__name__', fn)} "
+                    raise TimeoutError(f"{world_size} rank(s) of {name} "
                                        f"still running after {timeout:g} s")
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
             failed = sorted(f for f in os.listdir(out) if f.startswith("error."))
             detail = "\n".join(open(os.path.join(out, f), encoding="utf-8").read() for f in failed)
-            raise RuntimeError(f"a rank of {getattr(fn, '__name__', fn)} failed:\n{detail or e}") from None
+            raise RuntimeError(f"a rank of {name} failed:\n{detail or e}") from None
         finally:
             for p in ctx.processes:
                 if p.is_alive():

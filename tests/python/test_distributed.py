@@ -168,3 +168,14 @@ def test_spawn_reports_a_failing_rank_and_stops_the_others(tmp_path):
     with pytest.raises(RuntimeError, match=r"(?s)a rank of _rank_1_raises failed.*rank 1 gives up"):
         run_ranks(_rank_1_raises, 2, tmp_path)
     assert time.monotonic() - start < 60, "the waiting rank was stopped, not left to time out"
+
+
+def _sleeps(out_dir):
+    time.sleep(120)
+
+
+def test_spawn_stops_ranks_that_run_past_the_timeout(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"2 rank\(s\) of _sleeps still running after 3 s"):
+        distributed.spawn(_sleeps, 2, (str(tmp_path),), timeout=3)
+    assert time.monotonic() - start < 30

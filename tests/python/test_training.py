@@ -112,3 +112,8 @@ def test_resume_with_a_ulp_rule_and_bad_steps():
     assert report.aligned and all(t["rule"] == "ulp:2" for t in report.tensors)
     with pytest.raises(ValueError, match="resume_at 4: it must lie strictly between 0 and total_steps 4"):
         training.check_resume(mlp, training.sgd, _data(), total_steps=4, resume_at=4)
+
+
+def test_functions_that_cannot_reach_a_fresh_process_are_refused_clearly():
+    with pytest.raises(TypeError, match="must be importable by name .*no lambdas"):
+        training.check_resume(lambda: torch.nn.Linear(8, 4), adam, _data(), 4, 2)
