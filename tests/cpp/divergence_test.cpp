@@ -5,11 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
-#include <deque>
 #include <map>
 
 #include "numalign/judge.hpp"
+#include "tensor_store.hpp"
 
 namespace numalign {
 namespace {
@@ -58,15 +57,11 @@ class DivergenceTest : public ::testing::Test {
     return m;
   }
 
-  const TensorView* view(std::vector<float> values) {
-    auto& bytes = storage_.emplace_back(values.size() * sizeof(float));
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    return &views_.emplace_back(
-        TensorView{DType::F32, {static_cast<std::uint64_t>(values.size())}, bytes.data()});
+  const TensorView* view(const std::vector<float>& values) {
+    return store_.view(DType::F32, values);
   }
 
-  std::deque<std::vector<std::byte>> storage_;
-  std::deque<TensorView> views_;
+  testing::TensorStore store_;
 };
 
 TEST_F(DivergenceTest, TheFirstFailingModuleWithAlignedInputsIsTheCulprit) {

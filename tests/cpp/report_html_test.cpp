@@ -4,11 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
-#include <deque>
 
 #include "numalign/divergence.hpp"
 #include "numalign/judge.hpp"
+#include "tensor_store.hpp"
 
 namespace numalign {
 namespace {
@@ -36,10 +35,7 @@ class HtmlReportTest : public ::testing::Test {
 
   template <typename T>
   const TensorView* view(DType dt, const std::vector<T>& values) {
-    auto& bytes = storage_.emplace_back(values.size() * sizeof(T));
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    return &views_.emplace_back(
-        TensorView{dt, {static_cast<std::uint64_t>(values.size())}, bytes.data()});
+    return store_.view(dt, values);
   }
 
   static std::size_t count(const std::string& s, const std::string& what) {
@@ -48,8 +44,7 @@ class HtmlReportTest : public ::testing::Test {
     return n;
   }
 
-  std::deque<std::vector<std::byte>> storage_;
-  std::deque<TensorView> views_;
+  testing::TensorStore store_;
 };
 
 TEST_F(HtmlReportTest, NamesAreEscapedEverywhere) {
