@@ -65,6 +65,19 @@ def torch_dtype(code: str):
     return _TORCH_FROM_CODE[code]
 
 
+def map_tensors(obj, fn):
+    """``obj`` with ``fn`` applied to every torch tensor in it, through dicts, lists, tuples
+    and namedtuples (rebuilt as their own types); anything else is kept as it is."""
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: map_tensors(v, fn) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        mapped = [map_tensors(v, fn) for v in obj]
+        return type(obj)(*mapped) if hasattr(obj, "_fields") else type(obj)(mapped)
+    return obj
+
+
 def flatten(obj, prefix: str = "") -> dict:
     """Nested outputs as {dotted name: tensor}: dicts (keys), lists / tuples (indices),
     namedtuples and dataclasses (fields), HF-style ModelOutput (its keys), Trace objects."""

@@ -9,7 +9,7 @@ import platform
 
 import torch
 
-from ._tensors import flatten
+from ._tensors import flatten, map_tensors
 from .trace import Trace
 
 
@@ -36,17 +36,12 @@ def tf32_off():
 
 
 def _cast(x, dtype, device):
-    if isinstance(x, torch.Tensor):
-        y = x.detach().to(device)
+    def leaf(t):
+        y = t.detach().to(device)
         if y.is_floating_point():
             y = y.to(dtype)
         return y.requires_grad_(y.is_floating_point())
-    if isinstance(x, dict):
-        return {k: _cast(v, dtype, device) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        cast = [_cast(v, dtype, device) for v in x]
-        return type(x)(*cast) if hasattr(x, "_fields") else type(x)(cast)
-    return x
+    return map_tensors(x, leaf)
 
 
 def _upstream_grad(out: torch.Tensor, name: str, seed: int) -> torch.Tensor:

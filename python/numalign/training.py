@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from . import distributed
+from ._tensors import map_tensors
 from .api import judge
 from .trace import Trace
 
@@ -30,18 +31,8 @@ def sgd(params):
     return torch.optim.SGD(params, lr=0.05, momentum=0.9)
 
 
-def _map_tensors(batch, fn):
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_map_tensors(b, fn) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _map_tensors(v, fn) for k, v in batch.items()}
-    return batch
-
-
 def _cast(batch, dtype):
-    return _map_tensors(batch, lambda t: t.to(dtype) if t.is_floating_point() else t)
+    return map_tensors(batch, lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 def _shard(batch, rank, world):
@@ -51,7 +42,7 @@ def _shard(batch, rank, world):
                              f"(data parallelism equals the whole batch only for equal shards)")
         n = t.shape[0] // world
         return t[rank * n:(rank + 1) * n]
-    return _map_tensors(batch, part)
+    return map_tensors(batch, part)
 
 
 def _train(model, named, optimizer_fn, loss_fn, batch, steps, record_loss):
