@@ -481,6 +481,9 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
     VD probe = hn::Zero(d);  // sum of |t - r|: non-finite iff some input lane is (or huge)
     // Lanes inside the band are decided after the loop: a call inside it would make the
     // compiler keep every accumulator in memory (a call clobbers all vector registers).
+    auto far_in = [&](VD diff, VD at) {
+      return hn::Ge(diff, hn::MulAdd(at, hi_slope, hi_intercept));
+    };
     auto undecided_in = [&](VD diff, VD at, hn::Mask<D> far) {
       return hn::AndNot(far, hn::Gt(diff, hn::MulAdd(at, lo_slope, lo_intercept)));
     };
@@ -490,8 +493,7 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
       const VD diff = hn::Abs(hn::Sub(v.test, v.ref));
       max_ref = hn::Max(max_ref, diff);
       const VD at = hn::Abs(v.test);
-      const VD hi = hn::MulAdd(at, hi_slope, hi_intercept);
-      const auto far = hn::Ge(diff, hi);
+      const auto far = far_in(diff, at);
       far_differ = CountIn(far_differ, far, low);
       any_undecided = hn::Or(any_undecided, undecided_in(diff, at, far));
       if constexpr (Codec::kBlockDistances) {
@@ -551,17 +553,6 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
     }
     const bool some_undecided = !hn::AllFalse(d, any_undecided);
 
-    std::uint64_t block_undecided_not_close = 0;
-    if (HWY_UNLIKELY(some_undecided)) {
-      for (std::size_t i = 0; i < n; i += N) {
-        const Lanes v = codec.Load(i);
-        const VD diff = hn::Abs(hn::Sub(v.test, v.ref)), at = hn::Abs(v.test);
-        const auto undecided =
-            undecided_in(diff, at, hn::Ge(diff, hn::MulAdd(at, hi_slope, hi_intercept)));
-        if (!hn::AllFalse(d, undecided))
-          block_undecided_not_close += NotCloseAmong(undecided, codec, i, dt, opt);
-      }
-    }
     // Every input lane finite? A NaN or Inf in test or ref reaches e or er (or |t - r|),
     // one in truth reaches both. Otherwise the scalar path redoes the block.
     const bool finite =
@@ -577,7 +568,16 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
       continue;
     }
     fast_n += n;
-    p.not_close += block_undecided_not_close + block_far;
+    // The band's lanes, exactly (a block with a NaN or Inf went to the scalar path above).
+    if (HWY_UNLIKELY(some_undecided)) {
+      for (std::size_t i = 0; i < n; i += N) {
+        const Lanes v = codec.Load(i);
+        const VD diff = hn::Abs(hn::Sub(v.test, v.ref)), at = hn::Abs(v.test);
+        const auto undecided = undecided_in(diff, at, far_in(diff, at));
+        if (!hn::AllFalse(d, undecided)) p.not_close += NotCloseAmong(undecided, codec, i, dt, opt);
+      }
+    }
+    p.not_close += block_far;
     p.values_differ += block_differ;
     p.bits_differ += CountBitsDiffer(es, tp, rp, n);
     // A larger maximum than all before: find where it first occurs in this block.
