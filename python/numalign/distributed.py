@@ -3,6 +3,7 @@ holds; only small per-tensor results (hashes, counts, first differences) cross r
 tensor's data moves only when it must be compared element by element."""
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import pickle
@@ -78,6 +79,10 @@ def _rank_main(rank, fn, args, world, port, out_dir, backend):
             f.write(traceback.format_exc())
         raise
     finally:
+        # What fn built may outlive it in reference cycles (DistributedDataParallel does) and
+        # hold the group; freed only at interpreter exit, gloo then aborts the process
+        # ("terminate called without an active exception", one run in ten). Free it first.
+        gc.collect()
         dist.destroy_process_group()
 
 
