@@ -7,6 +7,7 @@
 #include "format.hpp"
 #include "metrics_internal.hpp"
 #include "numalign/divergence.hpp"
+#include "page_populator.hpp"
 #include "parallel.hpp"
 
 namespace numalign {
@@ -59,10 +60,12 @@ bool precheck(const TensorTriple& t, TensorResult& r) {
 }  // namespace
 
 static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
-                          const ProgressFn& progress, Report report);
+                          const ProgressFn& progress, const detail::PagePopulator& pages,
+                          Report report);
 
 Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
-                     const ProgressFn& progress) {
+                     const ProgressFn& progress,
+                     std::span<const std::span<const std::byte>> mapped) {
   check_override_reasons(options);
   Report report;
   report.settings = settings_of(options);
@@ -81,11 +84,12 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
                               " tensor(s) only in test, not judged: " + extra.front() +
                               (extra.size() > 1 ? ", ..." : ""));
   }
-  return judge_pairs(judged, options, progress, std::move(report));
+  return judge_pairs(judged, options, progress, detail::PagePopulator(mapped), std::move(report));
 }
 
 static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
-                          const ProgressFn& progress, Report report) {
+                          const ProgressFn& progress, const detail::PagePopulator& pages,
+                          Report report) {
   std::vector<TensorResult> results(tensors.size());
   std::vector<MetricsInput> inputs;
   std::vector<std::size_t> input_of;  // index into results for each input
@@ -115,7 +119,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   std::vector<Metrics*> metrics(inputs.size());
   for (std::size_t k = 0; k < inputs.size(); ++k)
     metrics[k] = &results[input_of[k]].metrics.emplace();
-  detail::compute_metrics_into(inputs, metrics, mo, options.threads, progress);
+  detail::compute_metrics_into(inputs, metrics, mo, options.threads, progress, &pages);
   // Rules run on the same threads as the pass: with many small tensors, formatting each
   // verdict's reason costs about as much as the pass over its data.
   std::vector<Verdict> verdicts(inputs.size());
@@ -233,7 +237,13 @@ std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, cons
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
              const std::vector<std::string>& only, const ProgressFn& progress) {
   const std::vector<TensorTriple> triples = pair_tensors(test, ref, truth, only);
-  Report report = judge_tensors(triples, options, progress);
+  std::vector<std::span<const std::byte>> mapped = test.mappings();
+  for (const Trace* t : {&ref, truth}) {
+    if (!t) continue;
+    const auto more = t->mappings();
+    mapped.insert(mapped.end(), more.begin(), more.end());
+  }
+  Report report = judge_tensors(triples, options, progress, mapped);
   report.title = "test:  " + test.path() + "\nref:   " + ref.path() +
                  "\ntruth: " + (truth ? truth->path() : std::string("(none)"));
   if (truth) {

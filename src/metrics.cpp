@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "metrics_internal.hpp"
+#include "page_populator.hpp"
 #include "parallel.hpp"
 
 namespace numalign {
@@ -398,8 +399,8 @@ Metrics finish(const MetricsInput& in, const Partial& p) {
 
 void detail::compute_metrics_into(std::span<const MetricsInput> inputs,
                                   std::span<Metrics* const> out, const MetricOptions& options,
-                                  int threads,
-                                  const std::function<void(double, double)>& progress) {
+                                  int threads, const std::function<void(double, double)>& progress,
+                                  const detail::PagePopulator* pages) {
   struct Task {
     std::size_t tensor;
     std::uint64_t begin, end;
@@ -433,6 +434,15 @@ void detail::compute_metrics_into(std::span<const MetricsInput> inputs,
       [&](std::size_t i) {
         const Task& task = tasks[i];
         const MetricsInput& in = inputs[task.tensor];
+        if (pages) {
+          const std::size_t es = element_size(in.test->dtype), n = task.end - task.begin;
+          pages->before_reading(in.test->data + task.begin * es, n * es);
+          pages->before_reading(in.ref->data + task.begin * es, n * es);
+          if (in.truth) {
+            const std::size_t us = element_size(in.truth->dtype);
+            pages->before_reading(in.truth->data + task.begin * us, n * us);
+          }
+        }
         Partial p = options.kernel == MetricKernel::scalar
                         ? detail::accumulate_scalar(in, options, task.begin, task.end)
                         : detail::accumulate_simd(in, options, task.begin, task.end);

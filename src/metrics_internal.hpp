@@ -79,9 +79,12 @@ Partial accumulate_simd(const MetricsInput& in, const MetricOptions& opt, std::u
                         std::uint64_t end);
 // compute_metrics writing each tensor's metrics to out[k] (callers that keep metrics inside
 // larger results, as judge does, avoid a second copy of them).
+class PagePopulator;
+// `pages`, when given, maps the pages of file mappings just before each task reads them.
 void compute_metrics_into(std::span<const MetricsInput> inputs, std::span<Metrics* const> out,
                           const MetricOptions& options, int threads,
-                          const std::function<void(double, double)>& progress);
+                          const std::function<void(double, double)>& progress,
+                          const PagePopulator* pages = nullptr);
 // The SIMD targets compiled in that this CPU runs, best first (the last needs no
 // extension); accumulate_simd uses the first unless a test chooses another by name (the
 // empty name restores the best; an unknown one throws std::invalid_argument).

@@ -343,6 +343,12 @@ const TraceEntry* Trace::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
+std::vector<std::span<const std::byte>> Trace::mappings() const {
+  std::vector<std::span<const std::byte>> out;
+  for (const auto& f : files_) out.push_back(f->bytes());
+  return out;
+}
+
 std::uint64_t Trace::data_bytes() const {
   std::uint64_t b = 0;
   for (const auto& e : entries_) b += e.view.nbytes();

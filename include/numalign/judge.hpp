@@ -1,7 +1,9 @@
 // numalign/judge.hpp: judging whole traces, or tensors in memory, into a Report.
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,8 +23,11 @@ struct TensorTriple {
 
 using ProgressFn = std::function<void(double done_bytes, double total_bytes)>;
 
+// `mapped`: the file mappings the views point into (Trace::mappings()), if any; their pages
+// are then mapped ahead of the pass, window by window, on the threads about to read them.
 Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
-                     const ProgressFn& progress = {});
+                     const ProgressFn& progress = {},
+                     std::span<const std::span<const std::byte>> mapped = {});
 
 // Warnings that the runs' metadata reveals (DESIGN section 5): precision recipes that
 // differ, inputs that differ (fingerprints), TF32 on, a truth at ref's precision.

@@ -64,6 +64,8 @@ class Trace {
   // The "numalign" key parsed, when present.
   const std::optional<TraceMetadata>& metadata() const { return metadata_; }
   std::uint64_t data_bytes() const;
+  // The bytes of each mapped file (none for parse()): what judge maps ahead of the pass.
+  std::vector<std::span<const std::byte>> mappings() const;
 
  private:
   void add_file(std::span<const std::byte> bytes, const std::string& label);

@@ -1,0 +1,46 @@
+// page_populator.cpp: windows of file mappings mapped once each, ahead of their first read.
+#include "page_populator.hpp"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace numalign::detail {
+
+PagePopulator::PagePopulator(std::span<const std::span<const std::byte>> regions) {
+  for (const auto& r : regions) {
+    if (r.empty()) continue;
+    const std::size_t windows = (r.size() + kWindow - 1) / kWindow;
+    regions_.push_back({r.data(), r.size(), std::make_unique<std::atomic<bool>[]>(windows)});
+  }
+}
+
+void PagePopulator::before_reading(const std::byte* p, std::size_t bytes) const {
+#ifdef MADV_POPULATE_READ
+  if (bytes == 0 || unsupported_.load(std::memory_order_relaxed)) return;
+  for (const Region& r : regions_) {
+    if (p < r.begin || p >= r.begin + r.size) continue;
+    const auto first = static_cast<std::size_t>(p - r.begin) / kWindow;
+    const std::size_t last =
+        (std::min(static_cast<std::size_t>(p - r.begin) + bytes, r.size) - 1) / kWindow;
+    for (std::size_t w = first; w <= last; ++w) {
+      // A load first: most calls find their window taken, and need not own its cache line.
+      if (r.taken[w].load(std::memory_order_relaxed) || r.taken[w].exchange(true)) continue;
+      // Windows start a whole number of windows into a page-aligned mapping.
+      void* at = const_cast<std::byte*>(r.begin + w * kWindow);
+      const std::size_t length = std::min(kWindow, r.size - w * kWindow);
+      if (::madvise(at, length, MADV_POPULATE_READ) != 0 && errno == EINVAL) {
+        unsupported_.store(true, std::memory_order_relaxed);  // a kernel before 5.14
+        return;
+      }
+    }
+    return;
+  }
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+}  // namespace numalign::detail

@@ -1,0 +1,38 @@
+// page_populator.hpp: maps the pages of file mappings before the pass reads them.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace numalign::detail {
+
+// A first read of a file mapping takes a page fault per 64 KiB or so; asking the kernel to
+// map a whole window at once (MADV_POPULATE_READ) costs less than those faults, and it
+// reads no data. Each window of each region is mapped once, by the first thread that is
+// about to read it; a thread that finds a window taken reads on (its faults are then
+// resolved as usual). Only the windows of what is judged are mapped (`--only` keeps the
+// rest untouched). Where the kernel lacks the call, nothing is mapped ahead.
+class PagePopulator {
+ public:
+  static constexpr std::size_t kWindow = std::size_t{8} << 20;
+
+  explicit PagePopulator(std::span<const std::span<const std::byte>> regions);
+
+  // Maps every window of a region that [p, p + bytes) touches and that no thread has yet.
+  // Bytes outside every region (memory the caller owns) are left alone.
+  void before_reading(const std::byte* p, std::size_t bytes) const;
+
+ private:
+  struct Region {
+    const std::byte* begin;
+    std::size_t size;
+    std::unique_ptr<std::atomic<bool>[]> taken;  // one flag per window
+  };
+  std::vector<Region> regions_;
+  mutable std::atomic<bool> unsupported_{false};
+};
+
+}  // namespace numalign::detail
