@@ -1,5 +1,6 @@
 // read_limit: the machine's limit for a streaming pass over trace files. Maps each file and
-// sums its 64-bit words on N threads (warm page cache), the least work any judge must do.
+// sums its 64-bit words on N threads (warm page cache), the least work any judge must do;
+// each piece's pages are mapped at once before it is read (see populate).
 // Prints one JSON line: {"bytes": B, "seconds": S, "threads": N, "checksum": C}.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -43,6 +44,23 @@ Mapping map_file(const char* path) {
   return m;
 }
 
+// The first read of a mapping faults every 64 KiB or so; having the kernel map each 8 MiB
+// piece at once before reading it is faster (as numalign judge does), so the limit does it
+// too. Where the kernel lacks MADV_POPULATE_READ the reads fault as usual.
+constexpr std::size_t kPieceWords = (std::size_t{8} << 20) / 8;
+
+void populate(const std::uint64_t* from, const std::uint64_t* to) {
+#ifdef MADV_POPULATE_READ
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<std::uintptr_t>(from) & ~(page - 1);
+  ::madvise(reinterpret_cast<void*>(start), reinterpret_cast<std::uintptr_t>(to) - start,
+            MADV_POPULATE_READ);
+#else
+  (void)from;
+  (void)to;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,14 +88,18 @@ int main(int argc, char** argv) {
       for (const Mapping& f : files) {
         const std::size_t lo = std::max(begin, offset), hi = std::min(end, offset + f.count);
         const std::uint64_t* w = f.words - offset;
-        std::size_t i = lo;
-        for (; i + 4 <= hi; i += 4) {
-          s0 += w[i];
-          s1 += w[i + 1];
-          s2 += w[i + 2];
-          s3 += w[i + 3];
+        for (std::size_t piece = lo; piece < hi; piece += kPieceWords) {
+          const std::size_t piece_end = std::min(hi, piece + kPieceWords);
+          populate(w + piece, w + piece_end);
+          std::size_t i = piece;
+          for (; i + 4 <= piece_end; i += 4) {
+            s0 += w[i];
+            s1 += w[i + 1];
+            s2 += w[i + 2];
+            s3 += w[i + 3];
+          }
+          for (; i < piece_end; ++i) s0 += w[i];
         }
-        for (; i < hi; ++i) s0 += w[i];
         offset += f.count;
       }
       sums[static_cast<std::size_t>(t)] = s0 + s1 + s2 + s3;
