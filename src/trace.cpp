@@ -12,10 +12,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
-#include <unordered_set>
 
 #include "json.hpp"
+#include "name_index.hpp"
 #include "numalign/error.hpp"
 
 namespace numalign {
@@ -72,13 +73,6 @@ std::string json_quoted(std::string_view name) {
 bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
   return !__builtin_mul_overflow(a, b, &out);
 }
-
-struct RawEntry {
-  std::string_view name;  // into the parsed header
-  DType dtype;
-  Shape shape;
-  std::uint64_t begin, end;
-};
 
 // "tensor \"name\"", the subject of every per-tensor message; built only for a message:
 // a header can name hundreds of thousands of tensors.
@@ -138,20 +132,33 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
     fail(label, "header has a NUL byte at offset " + std::to_string(nul + 8) +
                     " (headers are padded with spaces, not NUL)");
   }
+  // The header is parsed where it lies when the file has simdjson's padding after it (any
+  // data section of 64 bytes or more): the padding is read, never interpreted.
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
-  if (auto err = parser.parse(simdjson::padded_string(header)).get(doc)) {
+  simdjson::padded_string copy;
+  const bool padded = size - 8 - n >= simdjson::SIMDJSON_PADDING;
+  if (!padded) copy = simdjson::padded_string(header);
+  auto parsed = padded ? parser.parse(header.data(), header.size(), false) : parser.parse(copy);
+  if (auto err = parsed.get(doc)) {
     fail(label, std::string("header is not valid JSON: ") + simdjson::error_message(err));
   }
   simdjson::dom::object root;
   if (doc.get(root)) fail(label, "header is not a JSON object");
 
-  std::vector<RawEntry> raw;
-  raw.reserve(root.size());
+  // Entries go straight into entries_ (their data pointers set once the layout is checked);
+  // a file that fails leaves the whole trace unusable, so nothing needs undoing.
+  const auto file = static_cast<std::uint32_t>(file_paths_.size());
+  file_paths_.push_back(label);
+  const std::size_t first = entries_.size();
+  if (first + root.size() > std::numeric_limits<std::uint32_t>::max()) {
+    fail(label, "more tensors than a trace can index");
+  }
+  entries_.reserve(first + root.size());
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> offsets;  // [begin, end) per entry
+  offsets.reserve(root.size());
   bool seen_metadata = false;
   std::map<std::string, std::string> file_metadata;
-  std::unordered_set<std::string_view> names;
-  names.reserve(root.size());
   std::string_view last_dtype_name;
   DType last_dtype = DType::F32;
   for (auto field : root) {
@@ -162,14 +169,10 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
       file_metadata = parse_metadata_map(field.value, label);
       continue;
     }
-    if (!names.insert(key).second) {
-      fail(label, tensor_named(key) + " appears twice in the header (names must be unique)");
-    }
     if (key.find('\0') != std::string_view::npos)
       fail(label, tensor_named(key) + ": name has a NUL byte");
     simdjson::dom::object entry;
     if (field.value.get(entry)) fail(label, tensor_named(key) + ": entry is not an object");
-    RawEntry e{key, DType::F32, {}, 0, 0};
     // One pass over the entry's fields (the first of a repeated field counts).
     simdjson::dom::element fields[3];
     bool found[3] = {false, false, false};
@@ -196,25 +199,36 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
       last_dtype_name = dtype_name;
       last_dtype = *dt;
     }
-    e.dtype = last_dtype;
     simdjson::dom::array shape_arr, offsets_arr;
     if (shape_el.get(shape_arr)) fail(label, tensor_named(key) + ": shape is not an array");
-    e.shape.reserve(shape_arr.size());
-    for (auto d : shape_arr) e.shape.push_back(read_u64(d, key, label, "shape"));
+    Shape shape;
+    shape.reserve(shape_arr.size());
+    for (auto d : shape_arr) shape.push_back(read_u64(d, key, label, "shape"));
     if (offsets_el.get(offsets_arr) || offsets_arr.size() != 2) {
       fail(label, tensor_named(key) + ": data_offsets must be [begin, end]");
     }
-    e.begin = read_u64(offsets_arr.at(0).value_unsafe(), key, label, "data_offsets");
-    e.end = read_u64(offsets_arr.at(1).value_unsafe(), key, label, "data_offsets");
-    raw.push_back(std::move(e));
+    offsets.emplace_back(read_u64(offsets_arr.at(0).value_unsafe(), key, label, "data_offsets"),
+                         read_u64(offsets_arr.at(1).value_unsafe(), key, label, "data_offsets"));
+    entries_.push_back({std::string(key), TensorView{last_dtype, std::move(shape), nullptr}, file});
+  }
+  // Names are unique within the trace: in this header and across its shards.
+  if (!index_) index_ = std::make_shared<detail::NameIndex>();
+  auto name_of = [&](std::uint32_t i) -> std::string_view { return entries_[i].name; };
+  index_->reserve(entries_.size(), name_of);
+  for (std::size_t i = first; i < entries_.size(); ++i) {
+    if (const auto other = index_->insert(static_cast<std::uint32_t>(i), name_of)) {
+      const TraceEntry& e = entries_[*other];
+      if (e.file == file) {
+        fail(label, tensor_named(e.name) + " appears twice in the header (names must be unique)");
+      }
+      fail(label, tensor_named(e.name) + " is also in " + file_paths_[e.file]);
+    }
   }
   // Validate the layout as the reference does: sorted by offsets, back to back from 0. A
   // permutation is sorted, not the entries (writers mostly list them in offset order).
-  std::vector<std::uint32_t> by_offset(raw.size());
+  std::vector<std::uint32_t> by_offset(offsets.size());
   for (std::uint32_t i = 0; i < by_offset.size(); ++i) by_offset[i] = i;
-  auto offset_less = [&](std::uint32_t a, std::uint32_t b) {
-    return std::pair(raw[a].begin, raw[a].end) < std::pair(raw[b].begin, raw[b].end);
-  };
+  auto offset_less = [&](std::uint32_t a, std::uint32_t b) { return offsets[a] < offsets[b]; };
   if (!std::is_sorted(by_offset.begin(), by_offset.end(), offset_less)) {
     std::sort(by_offset.begin(), by_offset.end(), offset_less);
   }
@@ -222,59 +236,64 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
   std::uint64_t expected = 0;
   const std::byte* data = bytes.data() + 8 + n;
   for (const std::uint32_t k : by_offset) {
-    const RawEntry& e = raw[k];
-    if (e.end < e.begin) {
-      fail(label, tensor_named(e.name) + ": data_offsets [" + std::to_string(e.begin) + ", " +
-                      std::to_string(e.end) + "] end before they begin");
+    TraceEntry& e = entries_[first + k];
+    const auto [begin, end] = offsets[k];
+    if (end < begin) {
+      fail(label, tensor_named(e.name) + ": data_offsets [" + std::to_string(begin) + ", " +
+                      std::to_string(end) + "] end before they begin");
     }
-    if (e.begin != expected) {
-      fail(label, tensor_named(e.name) + ": data starts at " + std::to_string(e.begin) +
+    if (begin != expected) {
+      fail(label, tensor_named(e.name) + ": data starts at " + std::to_string(begin) +
                       " but the previous " + "tensor ends at " + std::to_string(expected) +
-                      (e.begin > expected ? " (a hole)" : " (an overlap)"));
+                      (begin > expected ? " (a hole)" : " (an overlap)"));
     }
     std::uint64_t numel = 1, nbits = 0;
-    for (auto d : e.shape) {
+    for (auto d : e.view.shape) {
       if (!checked_mul(numel, d, numel))
         fail(label, tensor_named(e.name) + ": shape product overflows");
     }
-    if (!checked_mul(numel, static_cast<std::uint64_t>(bits(e.dtype)), nbits)) {
+    if (!checked_mul(numel, static_cast<std::uint64_t>(bits(e.view.dtype)), nbits)) {
       fail(label, tensor_named(e.name) + ": byte size overflows");
     }
     if (nbits % 8 != 0) {
       fail(label, tensor_named(e.name) + ": " + std::to_string(numel) + " elements of " +
-                      std::string(name(e.dtype)) + " do not fill whole bytes");
+                      std::string(name(e.view.dtype)) + " do not fill whole bytes");
     }
-    if (e.end - e.begin != nbits / 8) {
-      fail(label, tensor_named(e.name) + ": " + std::string(name(e.dtype)) + " " +
-                      format_shape(e.shape) + " needs " + std::to_string(nbits / 8) +
-                      " bytes but data_offsets span " + std::to_string(e.end - e.begin));
+    if (end - begin != nbits / 8) {
+      fail(label, tensor_named(e.name) + ": " + std::string(name(e.view.dtype)) + " " +
+                      format_shape(e.view.shape) + " needs " + std::to_string(nbits / 8) +
+                      " bytes but data_offsets span " + std::to_string(end - begin));
     }
-    if (e.end > data_size) {
-      fail(label, tensor_named(e.name) + ": data_offsets end at " + std::to_string(e.end) +
+    if (end > data_size) {
+      fail(label, tensor_named(e.name) + ": data_offsets end at " + std::to_string(end) +
                       ", past the data section (" + std::to_string(data_size) + " bytes)");
     }
-    expected = e.end;
+    e.view.data = data + begin;
+    expected = end;
   }
   if (expected != data_size) {
     fail(label, "tensor data ends at byte " + std::to_string(8 + n + expected) +
                     " but the file has " + std::to_string(size) + " bytes (trailing bytes)");
   }
-  if (entries_.empty() && raw_metadata_.empty()) {
+  if (first == 0 && raw_metadata_.empty()) {
     raw_metadata_ = file_metadata;
     if (auto it = file_metadata.find(kMetadataKey); it != file_metadata.end()) {
       metadata_ = TraceMetadata::from_json(it->second, label);
     }
   }
-  entries_.reserve(entries_.size() + raw.size());
-  index_.reserve(entries_.size() + raw.size());
-  for (const std::uint32_t k : by_offset) {
-    RawEntry& e = raw[k];
-    const auto [it, added] = index_.emplace(e.name, entries_.size());
-    if (!added) {
-      fail(label, tensor_named(e.name) + " is also in " + entries_[it->second].file);
-    }
-    entries_.push_back(
-        {std::string(e.name), TensorView{e.dtype, std::move(e.shape), data + e.begin}, label});
+  // Entries in file order (data offsets), as the reference lists them; the index then
+  // learns the new positions.
+  bool in_order = true;
+  for (std::uint32_t i = 0; i < by_offset.size() && in_order; ++i) in_order = by_offset[i] == i;
+  if (in_order) return;
+  std::vector<TraceEntry> sorted;
+  sorted.reserve(by_offset.size());
+  for (const std::uint32_t k : by_offset) sorted.push_back(std::move(entries_[first + k]));
+  std::move(sorted.begin(), sorted.end(), entries_.begin() + static_cast<std::ptrdiff_t>(first));
+  *index_ = detail::NameIndex();
+  index_->reserve(entries_.size(), name_of);
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    index_->insert(static_cast<std::uint32_t>(i), name_of);
   }
 }
 
@@ -339,8 +358,10 @@ Trace Trace::open(const std::string& path) {
 }
 
 const TraceEntry* Trace::find(const std::string& name) const {
-  const auto it = index_.find(name);
-  return it == index_.end() ? nullptr : &entries_[it->second];
+  if (!index_) return nullptr;
+  const auto at =
+      index_->find(name, [&](std::uint32_t i) -> std::string_view { return entries_[i].name; });
+  return at ? &entries_[*at] : nullptr;
 }
 
 std::vector<std::span<const std::byte>> Trace::mappings() const {

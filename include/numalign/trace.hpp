@@ -8,7 +8,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "numalign/tensor.hpp"
@@ -42,10 +41,13 @@ struct TraceMetadata {
 struct TraceEntry {
   std::string name;
   TensorView view;
-  std::string file;  // the file holding it (a shard of a sharded trace)
+  std::uint32_t file = 0;  // the file holding it: a position in Trace::files()
 };
 
 class MappedFile;
+namespace detail {
+class NameIndex;
+}
 
 // One run: a safetensors file, a directory of shards, or a `*.safetensors.index.json`.
 class Trace {
@@ -64,6 +66,8 @@ class Trace {
   // The "numalign" key parsed, when present.
   const std::optional<TraceMetadata>& metadata() const { return metadata_; }
   std::uint64_t data_bytes() const;
+  // The files read, in order (one, or the shards of a sharded trace).
+  const std::vector<std::string>& files() const { return file_paths_; }
   // The bytes of each mapped file (none for parse()): what judge maps ahead of the pass.
   std::vector<std::span<const std::byte>> mappings() const;
 
@@ -71,8 +75,9 @@ class Trace {
   void add_file(std::span<const std::byte> bytes, const std::string& label);
   std::string path_;
   std::vector<std::shared_ptr<MappedFile>> files_;
+  std::vector<std::string> file_paths_;
   std::vector<TraceEntry> entries_;
-  std::unordered_map<std::string, std::size_t> index_;
+  std::shared_ptr<detail::NameIndex> index_;  // never changed once the trace is built
   std::map<std::string, std::string> raw_metadata_;
   std::optional<TraceMetadata> metadata_;
 };

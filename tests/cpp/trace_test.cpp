@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <random>
 
 #include "numalign/error.hpp"
 #include "page_populator.hpp"
@@ -206,6 +207,65 @@ TEST(TraceReadTest, WhatTheReferenceAcceptsWeAccept) {
     EXPECT_NO_THROW(Trace::parse(bytes, "ok.safetensors")) << image.substr(8);
   }
   EXPECT_EQ(file_image("{}").size(), 10u);
+}
+
+// Entries come out in data order and are found by name whatever order the header lists
+// them in (here shuffled, with enough names to grow the name index many times over).
+TEST(TraceReadTest, EntriesInDataOrderAndFoundByNameWhateverTheHeaderOrder) {
+  constexpr int kTensors = 3000;
+  std::vector<int> listed(kTensors);
+  std::iota(listed.begin(), listed.end(), 0);
+  std::mt19937 rng(5);
+  std::shuffle(listed.begin(), listed.end(), rng);
+  auto entry = [](int i) {
+    return "\"tensor." + std::to_string(i) +
+           "\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[" + std::to_string(4 * i) + "," +
+           std::to_string(4 * i + 4) + "]}";
+  };
+  std::string header = "{";
+  for (int i : listed) header += (header.size() > 1 ? "," : "") + entry(i);
+  header += "}";
+  std::string data(4 * kTensors, '\0');
+  for (int i = 0; i < kTensors; ++i) std::memcpy(&data[4 * i], &i, 4);
+  const auto bytes = bytes_of(file_image(header, data));
+  const Trace t = Trace::parse(bytes, "shuffled.safetensors");
+  ASSERT_EQ(t.entries().size(), static_cast<std::size_t>(kTensors));
+  for (int i = 0; i < kTensors; ++i) {
+    const std::string name = "tensor." + std::to_string(i);
+    EXPECT_EQ(t.entries()[i].name, name);
+    const TraceEntry* e = t.find(name);
+    ASSERT_NE(e, nullptr) << name;
+    int v;
+    std::memcpy(&v, e->view.data, 4);
+    EXPECT_EQ(v, i) << name;
+  }
+  EXPECT_EQ(t.find("tensor.3000"), nullptr);
+  EXPECT_EQ(t.find("tensor."), nullptr);
+  // A name listed twice is found among thousands.
+  const auto twice =
+      bytes_of(file_image(header.substr(0, header.size() - 1) + "," + entry(17) + "}", data));
+  try {
+    Trace::parse(twice, "twice.safetensors");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.problem(),
+              "tensor \"tensor.17\" appears twice in the header (names must be unique)");
+  }
+}
+
+// The header is parsed in place when data follows it: bytes after the header are never
+// read as JSON, even when they would continue it.
+TEST(TraceReadTest, BytesAfterTheHeaderAreNotParsed) {
+  const std::string header = R"({"x":{"dtype":"U8","shape":[80],"data_offsets":[0,80]}})";
+  std::string data = R"(,"y":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
+  data.resize(80, ' ');
+  const auto bytes = bytes_of(file_image(header, data));
+  const Trace t = Trace::parse(bytes, "in_place.safetensors");
+  ASSERT_EQ(t.entries().size(), 1u);
+  EXPECT_EQ(std::memcmp(t.find("x")->view.data, data.data(), data.size()), 0);
+  // A header cut short is an error, whatever the bytes after it would make of it.
+  const auto cut = bytes_of(file_image(header.substr(0, header.size() - 1), "}" + data));
+  EXPECT_THROW(Trace::parse(cut, "cut.safetensors"), Error);
 }
 
 TEST(TraceReadTest, PathProblemsNameThePath) {
