@@ -115,17 +115,18 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   }
   MetricOptions mo{options.tol, options.equal_nan};
   mo.magnitude_profile = options.magnitude_profile;
-  // The pass writes each tensor's metrics straight into its result.
-  std::vector<Metrics*> metrics(inputs.size());
-  for (std::size_t k = 0; k < inputs.size(); ++k)
-    metrics[k] = &results[input_of[k]].metrics.emplace();
-  detail::compute_metrics_into(inputs, metrics, mo, options.threads, progress, &pages);
+  // The pass moves each tensor's metrics straight into its result.
+  detail::compute_metrics_into(
+      inputs,
+      [&](std::size_t k, Metrics&& m) { results[input_of[k]].metrics.emplace(std::move(m)); }, mo,
+      options.threads, progress, &pages);
+  auto metrics_of = [&](std::size_t k) -> const Metrics& { return *results[input_of[k]].metrics; };
   // Rules run on the same threads as the pass: with many small tensors, formatting each
   // verdict's reason costs about as much as the pass over its data.
   std::vector<Verdict> verdicts(inputs.size());
   detail::parallel_for(inputs.size(), detail::resolve_threads(options.threads), [&](std::size_t k) {
     verdicts[k] = evaluate(choices[input_of[k]], *inputs[k].test, *inputs[k].ref, inputs[k].truth,
-                           *metrics[k], options);
+                           metrics_of(k), options);
   });
   bool all_identical = !inputs.empty();
   bool warned_truth = false;
@@ -138,7 +139,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
     r.limit = v.limit;
     r.bias_failed = v.bias_failed;
     for (const auto& w : v.warnings) report.warnings.push_back(r.name + ": " + w);
-    all_identical = all_identical && metrics[k]->bits_differ == 0;
+    all_identical = all_identical && metrics_of(k).bits_differ == 0;
     if (inputs[k].truth && inputs[k].truth->dtype != DType::F64 && !warned_truth) {
       warned_truth = true;
       report.warnings.push_back("truth is not float64 (" +

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -77,11 +78,13 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
 // every count, maximum, index and histogram bin is identical.
 Partial accumulate_simd(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
                         std::uint64_t end);
-// compute_metrics writing each tensor's metrics to out[k] (callers that keep metrics inside
-// larger results, as judge does, avoid a second copy of them).
 class PagePopulator;
+// Takes tensor k's finished metrics; called from the pass's threads, once per tensor.
+using MetricsSink = std::function<void(std::size_t k, Metrics&& metrics)>;
+// compute_metrics handing each tensor's metrics to `store` (judge moves them straight into
+// its results, on the threads that computed them: no second copy, no serial pass over them).
 // `pages`, when given, maps the pages of file mappings just before each task reads them.
-void compute_metrics_into(std::span<const MetricsInput> inputs, std::span<Metrics* const> out,
+void compute_metrics_into(std::span<const MetricsInput> inputs, const MetricsSink& store,
                           const MetricOptions& options, int threads,
                           const std::function<void(double, double)>& progress,
                           const PagePopulator* pages = nullptr);

@@ -13,6 +13,9 @@
 namespace numalign {
 
 struct TensorResult {
+  // Provided, so that a vector of results is not zeroed first (a result holds a whole
+  // Metrics: a report of many tensors would clear megabytes only to write them again).
+  TensorResult() {}
   std::string name;
   VerdictKind verdict = VerdictKind::kPass;
   std::string rule;             // spec of the rule applied ("" when none could apply)
