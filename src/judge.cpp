@@ -90,7 +90,11 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
 static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                           const ProgressFn& progress, const detail::PagePopulator& pages,
                           Report report) {
-  std::vector<TensorResult> results(tensors.size());
+  // A result per tensor is about 1 KiB: for many tensors, megabytes first written here.
+  std::vector<TensorResult> results;
+  results.reserve(tensors.size());
+  detail::populate_for_writing(results.data(), tensors.size() * sizeof(TensorResult));
+  results.resize(tensors.size());
   std::vector<MetricsInput> inputs;
   std::vector<std::size_t> input_of;  // index into results for each input
   std::vector<RuleChoice> choices(tensors.size());

@@ -2,9 +2,11 @@
 #include "page_populator.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 
 namespace numalign::detail {
 
@@ -37,6 +39,18 @@ void PagePopulator::before_reading(const std::byte* p, std::size_t bytes) const 
     }
     return;
   }
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+void populate_for_writing(void* p, std::size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
 #else
   (void)p;
   (void)bytes;

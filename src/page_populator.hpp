@@ -35,4 +35,9 @@ class PagePopulator {
   mutable std::atomic<bool> unsupported_{false};
 };
 
+// Maps the whole pages inside [p, p + bytes) for writing in one call (MADV_POPULATE_WRITE):
+// for a large buffer about to be filled, cheaper than the fault per page its first writes
+// would take. Does nothing where the kernel lacks the call; the writes then fault as usual.
+void populate_for_writing(void* p, std::size_t bytes);
+
 }  // namespace numalign::detail

@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <simdjson.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -327,6 +329,22 @@ TEST(PagePopulatorTest, MapsTheWindowsOfWhatIsReadAndNoOthers) {
   pages.before_reading(elsewhere.data(), elsewhere.size());
   // What is judged through the populated mapping reads the file's bytes.
   EXPECT_EQ(std::to_integer<int>(t.find("big")->view.data[PagePopulator::kWindow + 100]), 7);
+}
+
+TEST(PagePopulatorTest, PopulatesTheWholePagesOfABufferForWriting) {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, 16 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* base = static_cast<std::byte*>(m);
+  // From the middle of page 2 to the middle of page 9: pages 3 to 8 are whole.
+  detail::populate_for_writing(base + 2 * page + page / 2, 7 * page);
+  EXPECT_FALSE(page_mapped(base + 2 * page));
+  for (std::size_t k = 3; k <= 8; ++k) EXPECT_TRUE(page_mapped(base + k * page)) << "page " << k;
+  EXPECT_FALSE(page_mapped(base + 9 * page));
+  // Populated pages read as zeros, as fresh anonymous memory does.
+  EXPECT_EQ(std::count(base + 3 * page, base + 9 * page, std::byte{0}),
+            static_cast<std::ptrdiff_t>(6 * page));
+  ::munmap(m, 16 * page);
 }
 
 }  // namespace
