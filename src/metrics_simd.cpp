@@ -97,7 +97,12 @@ class HalfCodec : public InPlace<std::int16_t> {
     }
     largest_ = hn::GetLane(hn::MaxOfLanes(du16, largest));
     for (; i < n; ++i) {
-      const int a = ScalarOrdinal(t_[i]), b = ScalarOrdinal(r_[i]);
+      // Element by element through memcpy: a tensor's data need not be aligned (a header
+      // of odd length puts every tensor of the file at an odd address).
+      std::int16_t ta, rb;
+      std::memcpy(&ta, t_ + i, sizeof ta);
+      std::memcpy(&rb, r_ + i, sizeof rb);
+      const int a = ScalarOrdinal(ta), b = ScalarOrdinal(rb);
       distances_[i] = static_cast<std::uint16_t>(a > b ? a - b : b - a);
       largest_ = std::max<std::uint64_t>(largest_, distances_[i]);
     }

@@ -291,6 +291,38 @@ TEST(MetricsSimdTest, MixedValuesOfEveryDtypeAgreeWithScalar) {
   }
 }
 
+// Tensors at odd addresses (a header of odd length puts a whole file's data there): both
+// paths read them element by element or with unaligned loads, and find what they find at
+// aligned ones. The sanitizer build (make test-sanitize) fails on any misaligned access.
+TEST(MetricsSimdTest, DataAtOddAddressesGivesTheSameMetrics) {
+  for (DType dt : {DType::BF16, DType::F16, DType::F32, DType::F64, DType::F8_E4M3}) {
+    const Case c = mixed_case(dt, 1003, 1e-3, 11, false);
+    auto shifted = [](const Raw& raw, std::vector<std::byte>& storage) {
+      storage.assign(raw.bytes.size() + 1, std::byte{0});
+      std::memcpy(storage.data() + 1, raw.bytes.data(), raw.bytes.size());
+      return TensorView{raw.dtype, {raw.size()}, storage.data() + 1};
+    };
+    std::vector<std::byte> ts, rs, us;
+    const TensorView t = shifted(c.test, ts), r = shifted(c.ref, rs), u = shifted(c.truth, us);
+    const TensorView ta = c.test.view(), ra = c.ref.view(), ua = c.truth.view();
+    const MetricOptions opt{.tol = 1e-3};
+    for (const std::string& target_name : detail::usable_simd_targets()) {
+      detail::choose_simd_target(target_name);
+      const MetricsInput odd{&t, &r, &u}, aligned{&ta, &ra, &ua};
+      const Partial simd = detail::accumulate_simd(odd, opt, 0, t.numel());
+      const Partial simd_aligned = detail::accumulate_simd(aligned, opt, 0, t.numel());
+      const Partial scalar = detail::accumulate_scalar(odd, opt, 0, t.numel());
+      const std::string at = target_name + " " + c.what;
+      EXPECT_EQ(simd.ulp.hist, simd_aligned.ulp.hist) << at;
+      EXPECT_EQ(simd.not_close, simd_aligned.not_close) << at;
+      const double odd_sum = simd.sq_err_test.value(), sum = simd_aligned.sq_err_test.value();
+      EXPECT_TRUE(odd_sum == sum || (std::isnan(odd_sum) && std::isnan(sum))) << at;
+      expect_partials_agree(simd, scalar, abs_sums(c, 0, t.numel()), at);
+    }
+    detail::choose_simd_target("");
+  }
+}
+
 // Ties everywhere: the maxima's first index must win in every lane layout.
 TEST(MetricsSimdTest, TiesKeepTheFirstIndex) {
   for (DType dt : {DType::F32, DType::BF16, DType::F64}) {
