@@ -87,7 +87,7 @@ fuzz-smoke: build-fuzz
 test: format-check test-cpp test-sanitize fuzz-smoke test-python bench-smoke
 
 # The benchmark of docs/benchmarks.md: about 15 GB of traces under $(BUILD)/bench/data,
-# 15-20 minutes on 2 cores. BENCH_ARGS="--scale 0.1" for a quicker look.
+# 6-20 minutes on 2 cores, depending on the machine. BENCH_ARGS="--scale 0.1" for a quicker look.
 BENCH_ARGS ?= --dtypes bf16,fp16,fp32,fp8
 bench: build install-python
 	@$(PY) bench/bench.py --build $(BUILD) --out $(BUILD)/bench $(BENCH_ARGS)
