@@ -6,8 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#include "dtype_tables.hpp"
-
 namespace numalign {
 namespace {
 
@@ -281,15 +279,6 @@ const Tables& tables() {
   static const Tables t;
   return t;
 }
-
-}  // namespace
-
-const double* fp8_value_table(DType d) { return tables().fp8[static_cast<int>(d)].data(); }
-const std::int64_t* fp8_ordinal_table(DType d) {
-  return tables().fp8_ordinal[static_cast<int>(d)].data();
-}
-
-namespace {
 
 template <class T>
 void decode_as(const std::byte* src, std::size_t n, double* out) {

@@ -18,10 +18,10 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu_features.hpp"
-#include "dtype_tables.hpp"
 #include "metrics_internal.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -67,11 +67,41 @@ class InPlace {
     t_ = reinterpret_cast<const T*>(t);
     r_ = reinterpret_cast<const T*>(r);
   }
+  // Whether the block holds a pattern the codec decodes to a finite stand-in (a NaN or
+  // Inf the loop's finite check would not see), so that the scalar path must redo it.
+  bool special() const { return false; }
 
  protected:
   const T* t_ = nullptr;
   const T* r_ = nullptr;
 };
+
+// The ULP distances of a block of n elements whose ordinals fit 16-bit lanes, into dist;
+// returns the largest. ordinals(i) gives both inputs' ordinals at i as vectors of
+// `Tag`'s 16-bit lanes, scalar(i) as ints for the elements after the last whole vector.
+template <class Tag, class VectorOrdinals, class ScalarOrdinals>
+std::uint64_t Distances16(std::size_t n, VectorOrdinals ordinals, ScalarOrdinals scalar,
+                          std::uint16_t* dist) {
+  const Tag d16;
+  const hn::RebindToUnsigned<Tag> du16;
+  const std::size_t L = hn::Lanes(d16);
+  auto largest = hn::Zero(du16);
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto [oa, ob] = ordinals(i);
+    // The difference of two ordinals fits 16 unsigned bits (at most 2 * 0x7FFF).
+    const auto d = hn::Sub(hn::BitCast(du16, hn::Max(oa, ob)), hn::BitCast(du16, hn::Min(oa, ob)));
+    largest = hn::Max(largest, d);
+    hn::Store(d, du16, dist + i);
+  }
+  std::uint64_t most = hn::GetLane(hn::MaxOfLanes(du16, largest));
+  for (; i < n; ++i) {
+    const auto [a, b] = scalar(i);
+    dist[i] = static_cast<std::uint16_t>(a > b ? a - b : b - a);
+    most = std::max<std::uint64_t>(most, dist[i]);
+  }
+  return most;
+}
 
 // bf16 and f16. Start takes the block's ULP distances on full vectors of 16-bit lanes
 // (four times the lanes of the float64 loop), so the loop only decodes values.
@@ -82,30 +112,22 @@ class HalfCodec : public InPlace<std::int16_t> {
   using InPlace::InPlace;
   void Start(const std::byte* t, const std::byte* r, std::size_t n) {
     InPlace::Start(t, r, n);
-    const hn::ScalableTag<std::int16_t> d16;
-    const hn::RebindToUnsigned<decltype(d16)> du16;
-    const std::size_t L = hn::Lanes(d16);
-    auto largest = hn::Zero(du16);
-    std::size_t i = 0;
-    for (; i + L <= n; i += L) {
-      const auto oa = Ordinal(hn::LoadU(d16, t_ + i)), ob = Ordinal(hn::LoadU(d16, r_ + i));
-      // The difference of two ordinals fits 16 unsigned bits (at most 2 * 0x7FFF).
-      const auto dist =
-          hn::Sub(hn::BitCast(du16, hn::Max(oa, ob)), hn::BitCast(du16, hn::Min(oa, ob)));
-      largest = hn::Max(largest, dist);
-      hn::Store(dist, du16, distances_ + i);
-    }
-    largest_ = hn::GetLane(hn::MaxOfLanes(du16, largest));
-    for (; i < n; ++i) {
-      // Element by element through memcpy: a tensor's data need not be aligned (a header
-      // of odd length puts every tensor of the file at an odd address).
-      std::int16_t ta, rb;
-      std::memcpy(&ta, t_ + i, sizeof ta);
-      std::memcpy(&rb, r_ + i, sizeof rb);
-      const int a = ScalarOrdinal(ta), b = ScalarOrdinal(rb);
-      distances_[i] = static_cast<std::uint16_t>(a > b ? a - b : b - a);
-      largest_ = std::max<std::uint64_t>(largest_, distances_[i]);
-    }
+    using Tag = hn::ScalableTag<std::int16_t>;
+    largest_ = Distances16<Tag>(
+        n,
+        [&](std::size_t i) {
+          const Tag d16;
+          return std::pair{Ordinal(hn::LoadU(d16, t_ + i)), Ordinal(hn::LoadU(d16, r_ + i))};
+        },
+        [&](std::size_t i) {
+          // Element by element through memcpy: a tensor's data need not be aligned (a
+          // header of odd length puts every tensor of the file at an odd address).
+          std::int16_t ta, rb;
+          std::memcpy(&ta, t_ + i, sizeof ta);
+          std::memcpy(&rb, r_ + i, sizeof rb);
+          return std::pair{ScalarOrdinal(ta), ScalarOrdinal(rb)};
+        },
+        distances_);
   }
   Lanes Load(std::size_t i) const {
     const D d;
@@ -177,30 +199,125 @@ class F64Codec : public InPlace<std::uint64_t> {
   }
 };
 
-// The 8-bit floats: values and ordinals gathered from their 256-entry tables.
-class Table8Codec : public InPlace<std::uint8_t> {
+// The 8-bit floats, decoded with integer operations (gathers from 256-entry tables were a
+// third as fast). A pattern's magnitude bits, shifted into a float64's exponent and
+// mantissa fields and rebiased, are its value when its exponent is not 0; when it is 0
+// (zeros and subnormals), that reads as 2^-bias (1 + f) and the value is 2^(1-bias) f, so
+// 2 w - 2^(1-bias), exact in one FMA or in a multiply by 2 and a subtraction. E8M0 has no
+// sign and no mantissa: its byte is the exponent. NaN and Inf patterns would decode to
+// finite numbers: Start flags a block that holds one, for the scalar path. ULP distances
+// on 16-bit lanes in Start, as HalfCodec takes them.
+class Fp8Codec : public InPlace<std::uint8_t> {
  public:
-  explicit Table8Codec(DType dtype)
-      : InPlace(dtype), values_(fp8_value_table(dtype)), ordinals_(fp8_ordinal_table(dtype)) {}
-  Lanes Load(std::size_t i) const {
-    const D d;
-    const DI di;
-    const hn::Rebind<std::uint8_t, D> d8;
-    const hn::Rebind<std::uint32_t, D> d32;
-    auto index = [&](const std::uint8_t* p) {
-      return hn::BitCast(di, hn::PromoteTo(DU(), hn::PromoteTo(d32, hn::LoadU(d8, p))));
-    };
-    const auto ia = index(t_ + i), ib = index(r_ + i);
-    const auto oa = hn::GatherIndex(di, ordinals_, ia), ob = hn::GatherIndex(di, ordinals_, ib);
-    // Ordinals of 8-bit patterns are small: their difference cannot overflow.
-    const VU distance =
-        hn::Sub(hn::BitCast(DU(), hn::Max(oa, ob)), hn::BitCast(DU(), hn::Min(oa, ob)));
-    return {hn::GatherIndex(d, values_, ia), hn::GatherIndex(d, values_, ib), distance};
+  static constexpr bool kBlockDistances = true;
+  explicit Fp8Codec(DType dtype) : InPlace(dtype) {
+    // A pattern b is NaN or Inf when (b & special_mask_) >= special_from_ or b == nan_byte_
+    // (which repeats a pattern the first test covers where the format has no lone NaN).
+    int mantissa_bits = 3, bias = 7;
+    switch (dtype) {
+      case DType::F8_E5M2:  // IEEE: exponent 31 is Inf and NaN
+        mantissa_bits = 2;
+        bias = 15;
+        special_from_ = nan_byte_ = 0x7C;
+        break;
+      case DType::F8_E4M3:  // FN: S.1111.111 is NaN, no Inf
+        special_from_ = nan_byte_ = 0x7F;
+        break;
+      case DType::F8_E4M3FNUZ:  // FNUZ: the negative zero pattern is the one NaN
+      case DType::F8_E5M2FNUZ:
+        mantissa_bits = dtype == DType::F8_E4M3FNUZ ? 3 : 2;
+        bias = dtype == DType::F8_E4M3FNUZ ? 8 : 16;
+        special_mask_ = 0;
+        nan_byte_ = 0x80;
+        break;
+      default:  // F8_E8M0: the byte is a biased exponent (no sign, no zero); 0xFF is NaN
+        mantissa_bits = 0;
+        bias = 127;
+        magnitude_mask_ = special_mask_ = special_from_ = nan_byte_ = 0xFF;
+        sign_mask_ = 0;
+        break;
+    }
+    shift_ = 52 - mantissa_bits;
+    rebias_ = static_cast<std::uint64_t>(1023 - bias) << 52;
+    exponent_zero_below_ = mantissa_bits > 0 ? 1 << mantissa_bits : 0;  // E8M0's 0 is 2^-127
+    subnormal_offset_ = std::ldexp(1.0, 1 - bias);
   }
+  void Start(const std::byte* t, const std::byte* r, std::size_t n) {
+    InPlace::Start(t, r, n);
+    using Tag = hn::ScalableTag<std::int16_t>;
+    const Tag d16;
+    const hn::Rebind<std::uint8_t, Tag> d8;
+    auto ordinals = [&](auto bits) {  // sign ? -magnitude : magnitude
+      const auto s = hn::Neg(hn::ShiftRight<7>(hn::And(bits, hn::Set(d16, sign_mask_))));
+      return hn::Sub(hn::Xor(hn::And(bits, hn::Set(d16, magnitude_mask_)), s), s);
+    };
+    auto widen = [&](const std::uint8_t* p) {
+      return hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<Tag>(), hn::LoadU(d8, p)));
+    };
+    largest_ = Distances16<Tag>(
+        n,
+        [&](std::size_t i) {
+          return std::pair{ordinals(widen(t_ + i)), ordinals(widen(r_ + i))};
+        },
+        [&](std::size_t i) {
+          return std::pair{ScalarOrdinal(t_[i]), ScalarOrdinal(r_[i])};
+        },
+        distances_);
+    special_ = HasSpecial(t_, n) || HasSpecial(r_, n);
+  }
+  Lanes Load(std::size_t i) const { return {Value(t_ + i), Value(r_ + i), hn::Zero(DU())}; }
+  const std::uint16_t* distances() const { return distances_; }
+  std::uint64_t largest() const { return largest_; }
+  bool special() const { return special_; }
 
  private:
-  const double* values_;
-  const std::int64_t* ordinals_;
+  VD Value(const std::uint8_t* p) const {
+    const D d;
+    const DU du;
+    const DI di;
+    const VU bits = hn::PromoteTo(du, hn::PromoteTo(hn::Rebind<std::uint32_t, D>(),
+                                                    hn::LoadU(hn::Rebind<std::uint8_t, D>(), p)));
+    const VU magnitude = hn::And(bits, hn::Set(du, magnitude_mask_));
+    const VD w =
+        hn::BitCast(d, hn::Add(hn::ShiftLeftSame(magnitude, shift_), hn::Set(du, rebias_)));
+    const auto exponent_zero =
+        hn::RebindMask(d, hn::Lt(hn::BitCast(di, magnitude), hn::Set(di, exponent_zero_below_)));
+    const VD v = hn::IfThenElse(exponent_zero,
+                                hn::MulSub(w, hn::Set(d, 2.0), hn::Set(d, subnormal_offset_)), w);
+    const VU sign = hn::And(hn::ShiftLeft<56>(bits), hn::Set(du, std::uint64_t{sign_mask_} << 56));
+    return hn::BitCast(d, hn::Or(hn::BitCast(du, v), sign));
+  }
+  int ScalarOrdinal(std::uint8_t bits) const {
+    const int magnitude = bits & magnitude_mask_;
+    return (bits & sign_mask_) ? -magnitude : magnitude;
+  }
+  bool HasSpecial(const std::uint8_t* p, std::size_t n) const {
+    const hn::ScalableTag<std::uint8_t> d8;
+    const std::size_t L = hn::Lanes(d8);
+    const auto mask = hn::Set(d8, special_mask_), from = hn::Set(d8, special_from_);
+    const auto nan = hn::Set(d8, nan_byte_);
+    std::size_t i = 0;
+    for (; i + L <= n; i += L) {
+      const auto b = hn::LoadU(d8, p + i);
+      // (b & mask) >= from, as max(b & mask, from) == b & mask
+      const auto masked = hn::And(b, mask);
+      if (!hn::AllFalse(d8, hn::Or(hn::Eq(hn::Max(masked, from), masked), hn::Eq(b, nan))))
+        return true;
+    }
+    for (; i < n; ++i) {
+      if ((p[i] & special_mask_) >= special_from_ || p[i] == nan_byte_) return true;
+    }
+    return false;
+  }
+  std::uint8_t magnitude_mask_ = 0x7F, sign_mask_ = 0x80;
+  std::uint8_t special_mask_ = 0x7F, special_from_ = 0x7F, nan_byte_ = 0x7F;
+  int shift_ = 0;
+  std::uint64_t rebias_ = 0;
+  std::int64_t exponent_zero_below_ = 0;
+  double subnormal_offset_ = 0;
+  bool special_ = false;
+  std::uint64_t largest_ = 0;
+  HWY_ALIGN std::uint16_t distances_[kBlock];
 };
 
 // Every other dtype (integers, f16 without hardware conversion): the scalar block
@@ -211,6 +328,7 @@ class BufferedCodec {
   static constexpr bool kFloating = kIsFloating;
   static constexpr bool kBlockDistances = false;
   explicit BufferedCodec(DType dtype) : dtype_(dtype) {}
+  bool special() const { return false; }  // NaN and Inf decode as such: the sums see them
   void Start(const std::byte* t, const std::byte* r, std::size_t n) {
     decode_block(dtype_, t, n, test_);
     decode_block(dtype_, r, n, ref_);
@@ -532,9 +650,11 @@ Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const C
     const bool some_undecided = block_undecided > 0;
 
     // Every input lane finite? A NaN or Inf in test or ref reaches e or er (or |t - r|),
-    // one in truth reaches both. Otherwise the scalar path redoes the block.
+    // one in truth reaches both (an 8-bit NaN or Inf is flagged by its codec). Otherwise
+    // the scalar path redoes the block.
     const bool finite =
-        kTruth ? std::isfinite(s_err_test) && std::isfinite(s_err_ref) : std::isfinite(s_probe);
+        !codec.special() &&
+        (kTruth ? std::isfinite(s_err_test) && std::isfinite(s_err_ref) : std::isfinite(s_probe));
     // The profile is added here, block by block in order, as the scalar path adds it.
     if constexpr (kTruth) {
       if (opt.magnitude_profile) add_magnitude_profile(in, base, base + n, p.magnitude);
@@ -629,7 +749,7 @@ Partial AccumulateDispatch(const MetricsInput& in, const MetricOptions& opt, con
     case DType::F8_E8M0:
     case DType::F8_E4M3FNUZ:
     case DType::F8_E5M2FNUZ:
-      return AccumulateWith<Table8Codec, kTruth>(in, opt, band, begin, end);
+      return AccumulateWith<Fp8Codec, kTruth>(in, opt, band, begin, end);
     default:
       return is_floating(in.test->dtype)
                  ? AccumulateWith<BufferedCodec<true>, kTruth>(in, opt, band, begin, end)
