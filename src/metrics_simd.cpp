@@ -122,10 +122,10 @@ class HalfCodec : public InPlace<std::int16_t> {
         [&](std::size_t i) {
           // Element by element through memcpy: a tensor's data need not be aligned (a
           // header of odd length puts every tensor of the file at an odd address).
-          std::int16_t ta, rb;
+          std::uint16_t ta, rb;
           std::memcpy(&ta, t_ + i, sizeof ta);
           std::memcpy(&rb, r_ + i, sizeof rb);
-          return std::pair{ScalarOrdinal(ta), ScalarOrdinal(rb)};
+          return std::pair{ulp_ordinal(kType, ta), ulp_ordinal(kType, rb)};
         },
         distances_);
   }
@@ -159,10 +159,6 @@ class HalfCodec : public InPlace<std::int16_t> {
   static V Ordinal(V bits) {
     const auto s = hn::ShiftRight<15>(bits);
     return hn::Sub(hn::Xor(hn::And(bits, hn::Set(hn::DFromV<V>(), 0x7FFF)), s), s);
-  }
-  static int ScalarOrdinal(std::int16_t bits) {
-    const int magnitude = bits & 0x7FFF;
-    return bits < 0 ? -magnitude : magnitude;
   }
   std::uint64_t largest_ = 0;
   HWY_ALIGN std::uint16_t distances_[kBlock];
@@ -210,7 +206,7 @@ class F64Codec : public InPlace<std::uint64_t> {
 class Fp8Codec : public InPlace<std::uint8_t> {
  public:
   static constexpr bool kBlockDistances = true;
-  explicit Fp8Codec(DType dtype) : InPlace(dtype) {
+  explicit Fp8Codec(DType dtype) : InPlace(dtype), dtype_(dtype) {
     // A pattern b is NaN or Inf when (b & special_mask_) >= special_from_ or b == nan_byte_
     // (which repeats a pattern the first test covers where the format has no lone NaN).
     int mantissa_bits = 3, bias = 7;
@@ -260,7 +256,7 @@ class Fp8Codec : public InPlace<std::uint8_t> {
           return std::pair{ordinals(widen(t_ + i)), ordinals(widen(r_ + i))};
         },
         [&](std::size_t i) {
-          return std::pair{ScalarOrdinal(t_[i]), ScalarOrdinal(r_[i])};
+          return std::pair{ulp_ordinal(dtype_, t_[i]), ulp_ordinal(dtype_, r_[i])};
         },
         distances_);
     special_ = HasSpecial(t_, n) || HasSpecial(r_, n);
@@ -287,10 +283,6 @@ class Fp8Codec : public InPlace<std::uint8_t> {
     const VU sign = hn::And(hn::ShiftLeft<56>(bits), hn::Set(du, std::uint64_t{sign_mask_} << 56));
     return hn::BitCast(d, hn::Or(hn::BitCast(du, v), sign));
   }
-  int ScalarOrdinal(std::uint8_t bits) const {
-    const int magnitude = bits & magnitude_mask_;
-    return (bits & sign_mask_) ? -magnitude : magnitude;
-  }
   bool HasSpecial(const std::uint8_t* p, std::size_t n) const {
     const hn::ScalableTag<std::uint8_t> d8;
     const std::size_t L = hn::Lanes(d8);
@@ -309,6 +301,7 @@ class Fp8Codec : public InPlace<std::uint8_t> {
     }
     return false;
   }
+  DType dtype_;
   std::uint8_t magnitude_mask_ = 0x7F, sign_mask_ = 0x80;
   std::uint8_t special_mask_ = 0x7F, special_from_ = 0x7F, nan_byte_ = 0x7F;
   int shift_ = 0;
