@@ -456,7 +456,7 @@ void AddToHistogram(const std::uint16_t* dist, std::size_t n, std::uint64_t larg
 // The first lane index in [0, n) where f(i) (a mask for the vector at i) holds; the
 // maximum it looks for is known to be there.
 template <class F>
-std::uint64_t FirstLaneWhere(std::size_t n, F f) {
+HWY_INLINE std::uint64_t FirstLaneWhere(std::size_t n, F f) {
   const std::size_t N = hn::Lanes(D());
   for (std::size_t i = 0; i < n; i += N) {
     const auto m = f(i);
@@ -504,206 +504,301 @@ HWY_INLINE void PrefetchRange(const std::byte* p, std::size_t bytes) {
   for (std::size_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 3);
 }
 
-// The fused pass over [begin, end) (a whole number of vectors) with one codec.
+// The allclose band's two lines in |t|, as vectors: lo = lo_slope |t| + lo_intercept, hi
+// likewise. A lane at or above hi is not close; one between lo and hi is undecided.
+struct BandLines {
+  BandLines(const CloseBand& band, double tol)
+      : lo_slope(hn::Set(D(), tol * band.lo_scale)),
+        lo_intercept(hn::Set(D(), tol * band.lo_scale + band.lo_offset)),
+        hi_slope(hn::Set(D(), tol * band.hi_scale)),
+        hi_intercept(hn::Set(D(), tol * band.hi_scale + band.hi_offset)) {}
+  HWY_INLINE hn::Mask<D> Far(VD diff, VD at) const {
+    return hn::Ge(diff, hn::MulAdd(at, hi_slope, hi_intercept));
+  }
+  HWY_INLINE hn::Mask<D> Undecided(VD diff, VD at, hn::Mask<D> far) const {
+    return hn::AndNot(far, hn::Gt(diff, hn::MulAdd(at, lo_slope, lo_intercept)));
+  }
+  VD lo_slope, lo_intercept, hi_slope, hi_intercept;
+};
+
+// Asks for the block after the one at `base` while this one is computed: the hardware
+// prefetcher stops at each 4 KiB page, and the truth streams a page every two blocks. test
+// and ref at once; a float64 truth a line per vector inside the loop (the pointer returned,
+// else null), since a burst of its 32 lines fills the core's miss buffers and stalls.
+template <bool kTruth>
+HWY_INLINE const double* PrefetchNextBlock(const MetricsInput& in, std::uint64_t base,
+                                           std::uint64_t end, std::size_t es, std::size_t us) {
+  const std::uint64_t ahead = base + kBlock;
+  const double* u_ahead = nullptr;
+  if (ahead < end) {
+    const std::size_t m = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, end - ahead));
+    PrefetchRange(in.test->data + ahead * es, m * es);
+    PrefetchRange(in.ref->data + ahead * es, m * es);
+    if constexpr (kTruth) {
+      if (in.truth->dtype == DType::F64 && m == kBlock) {
+        u_ahead = reinterpret_cast<const double*>(in.truth->data) + ahead;
+      } else {
+        PrefetchRange(in.truth->data + ahead * us, m * us);
+      }
+    }
+  }
+  return u_ahead;
+}
+
+// The block's n truth values as doubles: in place for float64, else decoded into buffer.
+HWY_INLINE const double* TruthOfBlock(const TensorView& truth, std::uint64_t base, std::size_t n,
+                                      double* buffer) {
+  const std::byte* up = truth.data + base * element_size(truth.dtype);
+  if (truth.dtype == DType::F64) return reinterpret_cast<const double*>(up);
+  decode_block(truth.dtype, up, n, buffer);
+  return buffer;
+}
+
+// A block's metrics once its vectors are reduced to scalars.
+struct BlockTotals {
+  double sq_err_test = 0, sq_err_ref = 0, sq_truth = 0, sq_test = 0, test_dot_truth = 0;
+  double err_sum = 0, probe = 0, max_ref = 0, max_truth = 0;
+  std::uint64_t largest = 0;  // ULP distance
+  std::uint64_t far = 0, undecided = 0, differ = 0, t_equal = 0, r_equal = 0;
+  std::uint64_t test_over = 0, test_under = 0, ref_over = 0, ref_under = 0;
+};
+
+// A block's accumulators, folded one vector at a time by Add. Each vector's mask is counted
+// in a general register (mask to register, popcount, add: integer units the vector loop
+// leaves idle) rather than added into vector counters, which competed with the loop's
+// arithmetic: the bf16 pass ran 20% faster so (AMD EPYC, AVX3). The values that differ are
+// counted here for the integer codec only (the floating ones count them from the
+// histogram). Add is inlined into the loop and calls nothing: a call inside it would make
+// the compiler keep every accumulator in memory (a call clobbers all vector registers), so
+// the lanes inside the allclose band are only counted here and decided after the loop.
+template <class Codec, bool kTruth>
+struct BlockAccumulators {
+  HWY_INLINE void Add(const Lanes& v, const double* u, std::size_t i, const BandLines& lines,
+                      const double* u_ahead, std::uint64_t* dist) {
+    const D d;
+    const DU du;
+    const VD diff = hn::Abs(hn::Sub(v.test, v.ref));
+    max_ref = hn::Max(max_ref, diff);
+    const VD at = hn::Abs(v.test);
+    const auto far_lanes = lines.Far(diff, at);
+    far += hn::CountTrue(d, far_lanes);
+    undecided += hn::CountTrue(d, lines.Undecided(diff, at, far_lanes));
+    if constexpr (Codec::kBlockDistances) {
+      // taken by Start
+    } else if constexpr (Codec::kFloating) {  // values that differ: counted by the histogram
+      largest = hn::Max(largest, v.distance);
+      hn::Store(v.distance, du, dist + i);
+    } else {
+      differ += hn::CountTrue(d, hn::Ne(v.test, v.ref));
+    }
+    if constexpr (kTruth) {
+      if (u_ahead) __builtin_prefetch(u_ahead + i, 0, 3);
+      const VD vu = hn::LoadU(d, u + i);
+      const VD e = hn::Sub(v.test, vu), er = hn::Sub(v.ref, vu);
+      sq_err_test = hn::MulAdd(e, e, sq_err_test);
+      sq_err_ref = hn::MulAdd(er, er, sq_err_ref);
+      sq_truth = hn::MulAdd(vu, vu, sq_truth);
+      sq_test = hn::MulAdd(v.test, v.test, sq_test);
+      test_dot_truth = hn::MulAdd(v.test, vu, test_dot_truth);
+      err_sum = hn::Add(err_sum, e);
+      max_truth = hn::Max(max_truth, hn::Abs(e));
+      const VD au = hn::Abs(vu), ar = hn::Abs(v.ref);
+      t_equal += hn::CountTrue(d, hn::Eq(v.test, vu));
+      r_equal += hn::CountTrue(d, hn::Eq(v.ref, vu));
+      test_over += hn::CountTrue(d, hn::Gt(at, au));
+      test_under += hn::CountTrue(d, hn::Lt(at, au));
+      ref_over += hn::CountTrue(d, hn::Gt(ar, au));
+      ref_under += hn::CountTrue(d, hn::Lt(ar, au));
+    } else {
+      probe = hn::Add(probe, diff);
+    }
+  }
+
+  // The vectors reduced to scalars, before anything after the loop calls out: a vector that
+  // lives across a call is kept in memory, and the compiler then keeps it there in the loop
+  // too.
+  HWY_INLINE BlockTotals Reduce(const Codec& codec) const {
+    const D d;
+    BlockTotals b;
+    b.sq_err_test = kTruth ? SumLanes(sq_err_test) : 0;
+    b.sq_err_ref = kTruth ? SumLanes(sq_err_ref) : 0;
+    b.sq_truth = kTruth ? SumLanes(sq_truth) : 0;
+    b.sq_test = kTruth ? SumLanes(sq_test) : 0;
+    b.test_dot_truth = kTruth ? SumLanes(test_dot_truth) : 0;
+    b.err_sum = kTruth ? SumLanes(err_sum) : 0;
+    b.probe = kTruth ? 0 : SumLanes(probe);
+    b.max_ref = hn::GetLane(hn::MaxOfLanes(d, max_ref));
+    b.max_truth = kTruth ? hn::GetLane(hn::MaxOfLanes(d, max_truth)) : 0;
+    if constexpr (Codec::kBlockDistances) {
+      b.largest = codec.largest();
+    } else if constexpr (Codec::kFloating) {
+      b.largest = hn::GetLane(hn::MaxOfLanes(DU(), largest));
+    }
+    b.far = far;
+    b.undecided = undecided;
+    b.differ = differ;
+    b.t_equal = t_equal;
+    b.r_equal = r_equal;
+    b.test_over = test_over;
+    b.test_under = test_under;
+    b.ref_over = ref_over;
+    b.ref_under = ref_under;
+    return b;
+  }
+
+  // Written out (not default member initializers): an implicit constructor would not be
+  // compiled for this target, and could not inline Highway's Zero.
+  BlockAccumulators()
+      : largest(hn::Zero(DU())),
+        max_ref(hn::Zero(D())),
+        max_truth(hn::Zero(D())),
+        sq_err_test(hn::Zero(D())),
+        sq_err_ref(hn::Zero(D())),
+        sq_truth(hn::Zero(D())),
+        sq_test(hn::Zero(D())),
+        test_dot_truth(hn::Zero(D())),
+        err_sum(hn::Zero(D())),
+        probe(hn::Zero(D())) {}
+
+  std::uint64_t far = 0, undecided = 0, differ = 0, t_equal = 0, r_equal = 0;
+  std::uint64_t test_over = 0, test_under = 0, ref_over = 0, ref_under = 0;
+  VU largest;
+  VD max_ref, max_truth, sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth, err_sum;
+  VD probe;  // sum of |t - r|: non-finite iff some input lane is (or huge)
+};
+
+// Whether every input lane of the block was finite: a NaN or Inf in test or ref reaches
+// e or er (or |t - r|), one in truth reaches both; an 8-bit NaN or Inf, which its codec
+// decodes to a finite stand-in, is flagged by the codec.
+template <bool kTruth, class Codec>
+HWY_INLINE bool AllFinite(const BlockTotals& b, const Codec& codec) {
+  return !codec.special() && (kTruth ? std::isfinite(b.sq_err_test) && std::isfinite(b.sq_err_ref)
+                                     : std::isfinite(b.probe));
+}
+
+// A block with a NaN or Inf, redone by the scalar reference path (which does not add the
+// magnitude profile again: the caller added it).
+HWY_INLINE Partial RedoOnScalarPath(const MetricsInput& in, const MetricOptions& opt,
+                                    std::uint64_t base, std::size_t n) {
+  MetricOptions without_profile = opt;
+  without_profile.magnitude_profile = false;
+  return accumulate_scalar(in, without_profile, base, base + n);
+}
+
+// The not-close lanes among the block's undecided ones, decided exactly (the block is finite).
+template <class Codec>
+HWY_INLINE std::uint64_t NotCloseInBand(const Codec& codec, std::size_t n, const BandLines& lines,
+                                        DType dt, const MetricOptions& opt) {
+  const D d;
+  const std::size_t N = hn::Lanes(d);
+  std::uint64_t not_close = 0;
+  for (std::size_t i = 0; i < n; i += N) {
+    const Lanes v = codec.Load(i);
+    const VD diff = hn::Abs(hn::Sub(v.test, v.ref)), at = hn::Abs(v.test);
+    const auto undecided = lines.Undecided(diff, at, lines.Far(diff, at));
+    if (!hn::AllFalse(d, undecided)) not_close += NotCloseAmong(undecided, codec, i, dt, opt);
+  }
+  return not_close;
+}
+
+// A finite block's test-vs-ref metrics into the partial: allclose, bits and values that
+// differ, the largest |t - r| and its first index, ULP distances.
+template <class Codec>
+HWY_INLINE void AddTestVsRef(const BlockTotals& b, const Codec& codec, const std::uint64_t* dist,
+                             const std::byte* tp, const std::byte* rp, std::uint64_t base,
+                             std::size_t n, const BandLines& lines, DType dt,
+                             const MetricOptions& opt, Partial& p) {
+  const D d;
+  if (HWY_UNLIKELY(b.undecided > 0)) p.not_close += NotCloseInBand(codec, n, lines, dt, opt);
+  p.not_close += b.far;
+  p.values_differ += b.differ;
+  p.bits_differ += CountBitsDiffer(element_size(dt), tp, rp, n);
+  // A larger maximum than all before: find where it first occurs in this block.
+  if (b.max_ref > p.max_abs_ref) {
+    p.max_abs_ref = b.max_ref;
+    p.max_abs_ref_index = base + FirstLaneWhere(n, [&](std::size_t i) {
+                            const Lanes v = codec.Load(i);
+                            return hn::Eq(hn::Abs(hn::Sub(v.test, v.ref)), hn::Set(d, b.max_ref));
+                          });
+  }
+  if constexpr (Codec::kBlockDistances) {
+    AddUlp(codec.distances(), n, b.largest, base, p);
+  } else if constexpr (Codec::kFloating) {
+    AddUlp(dist, n, b.largest, base, p);
+  }
+}
+
+// A finite block's truth metrics into the partial: the sums, the magnitude balance, the
+// largest |t - u| and its first index.
+template <class Codec>
+HWY_INLINE void AddTruth(const BlockTotals& b, const Codec& codec, const double* u,
+                         std::uint64_t base, std::size_t n, Partial& p) {
+  const D d;
+  p.sq_err_test.add(b.sq_err_test);
+  p.sq_err_ref.add(b.sq_err_ref);
+  p.sq_truth.add(b.sq_truth);
+  p.sq_test.add(b.sq_test);
+  p.test_dot_truth.add(b.test_dot_truth);
+  p.err_sum.add(b.err_sum);
+  p.test_over += b.test_over;
+  p.test_under += b.test_under;
+  p.ref_over += b.ref_over;
+  p.ref_under += b.ref_under;
+  if (b.max_truth > p.max_abs_truth) {
+    p.max_abs_truth = b.max_truth;
+    p.max_abs_truth_index =
+        base + FirstLaneWhere(n, [&](std::size_t i) {
+          return hn::Eq(hn::Abs(hn::Sub(codec.Load(i).test, hn::LoadU(d, u + i))),
+                        hn::Set(d, b.max_truth));
+        });
+  }
+}
+
+// The fused pass over [begin, end) (a whole number of vectors) with one codec, block by
+// block: decode (Start), accumulate each vector in registers, reduce, then either redo the
+// block on the scalar path (a NaN or Inf) or add it to the partial.
 template <class Codec, bool kTruth>
 Partial AccumulateWith(const MetricsInput& in, const MetricOptions& opt, const CloseBand& band,
                        std::uint64_t begin, std::uint64_t end) {
-  const D d;
-  const DU du;
-  const std::size_t N = hn::Lanes(d);
+  const std::size_t N = hn::Lanes(D());
   static_assert(kBlock % (HWY_MAX_BYTES / sizeof(double)) == 0, "blocks hold whole vectors");
   const DType dt = in.test->dtype;
   const std::size_t es = element_size(dt);
-  const TensorView* truth = in.truth;
+  const std::size_t us = kTruth ? element_size(in.truth->dtype) : 0;
   Codec codec(dt);
+  const BandLines lines(band, opt.tol);
   HWY_ALIGN double truth_buffer[kBlock];
   HWY_ALIGN std::uint64_t dist[kBlock];
 
-  // The band's lines in |t|: lo = lo_slope |t| + lo_intercept, hi likewise.
-  const VD lo_slope = hn::Set(d, opt.tol * band.lo_scale);
-  const VD lo_intercept = hn::Set(d, opt.tol * band.lo_scale + band.lo_offset);
-  const VD hi_slope = hn::Set(d, opt.tol * band.hi_scale);
-  const VD hi_intercept = hn::Set(d, opt.tol * band.hi_scale + band.hi_offset);
-
   Partial p, redone;  // redone: the blocks the scalar path took over, merged in order
   std::uint64_t fast_n = 0, t_equal = 0, r_equal = 0;
-
-  const std::size_t us = kTruth ? element_size(truth->dtype) : 0;
   for (std::uint64_t base = begin; base < end; base += kBlock) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, end - base));
     const std::byte* tp = in.test->data + base * es;
     const std::byte* rp = in.ref->data + base * es;
-    // The hardware prefetcher stops at each 4 KiB page, and the truth streams a page every
-    // two blocks: the next block is asked for while this one is computed. test and ref
-    // at once; a float64 truth a line per vector inside the loop, since a burst of its 32
-    // lines fills the core's miss buffers and stalls.
-    const std::uint64_t ahead = base + kBlock;
-    const double* u_ahead = nullptr;
-    if (ahead < end) {
-      const std::size_t m = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, end - ahead));
-      PrefetchRange(in.test->data + ahead * es, m * es);
-      PrefetchRange(in.ref->data + ahead * es, m * es);
-      if constexpr (kTruth) {
-        if (truth->dtype == DType::F64 && m == kBlock) {
-          u_ahead = reinterpret_cast<const double*>(truth->data) + ahead;
-        } else {
-          PrefetchRange(truth->data + ahead * us, m * us);
-        }
-      }
-    }
+    const double* u_ahead = PrefetchNextBlock<kTruth>(in, base, end, es, us);
     codec.Start(tp, rp, n);
     const double* u = nullptr;
-    if constexpr (kTruth) {
-      const std::byte* up = truth->data + base * element_size(truth->dtype);
-      if (truth->dtype == DType::F64) {
-        u = reinterpret_cast<const double*>(up);
-      } else {
-        decode_block(truth->dtype, up, n, truth_buffer);
-        u = truth_buffer;
-      }
-    }
-    // The block's counts. Each vector's mask is counted in a general register (mask to
-    // register, popcount, add: integer units the vector loop leaves idle) rather than
-    // added into vector counters, which competed with the loop's arithmetic: the bf16
-    // pass ran 20% faster so (AMD EPYC, AVX3). The values that differ are counted here
-    // for the integer codec only (the floating ones count them from the histogram).
-    std::uint64_t block_far = 0, block_undecided = 0, block_differ = 0;
-    std::uint64_t block_t_equal = 0, block_r_equal = 0;
-    std::uint64_t test_over = 0, test_under = 0, ref_over = 0, ref_under = 0;
-    VU largest = hn::Zero(du);
-    VD max_ref = hn::Zero(d), max_truth = hn::Zero(d);
-    VD sq_err_test = hn::Zero(d), sq_err_ref = hn::Zero(d), sq_truth = hn::Zero(d);
-    VD sq_test = hn::Zero(d), test_dot_truth = hn::Zero(d), err_sum = hn::Zero(d);
-    VD probe = hn::Zero(d);  // sum of |t - r|: non-finite iff some input lane is (or huge)
-    // Lanes inside the band are decided after the loop: a call inside it would make the
-    // compiler keep every accumulator in memory (a call clobbers all vector registers).
-    auto far_in = [&](VD diff, VD at) {
-      return hn::Ge(diff, hn::MulAdd(at, hi_slope, hi_intercept));
-    };
-    auto undecided_in = [&](VD diff, VD at, hn::Mask<D> far) {
-      return hn::AndNot(far, hn::Gt(diff, hn::MulAdd(at, lo_slope, lo_intercept)));
-    };
-    for (std::size_t i = 0; i < n; i += N) {
-      const Lanes v = codec.Load(i);
-      const VD diff = hn::Abs(hn::Sub(v.test, v.ref));
-      max_ref = hn::Max(max_ref, diff);
-      const VD at = hn::Abs(v.test);
-      const auto far = far_in(diff, at);
-      block_far += hn::CountTrue(d, far);
-      block_undecided += hn::CountTrue(d, undecided_in(diff, at, far));
-      if constexpr (Codec::kBlockDistances) {
-        // taken by Start
-      } else if constexpr (Codec::kFloating) {  // values that differ: counted by the histogram
-        largest = hn::Max(largest, v.distance);
-        hn::Store(v.distance, du, dist + i);
-      } else {
-        block_differ += hn::CountTrue(d, hn::Ne(v.test, v.ref));
-      }
-      if constexpr (kTruth) {
-        if (u_ahead) __builtin_prefetch(u_ahead + i, 0, 3);
-        const VD vu = hn::LoadU(d, u + i);
-        const VD e = hn::Sub(v.test, vu), er = hn::Sub(v.ref, vu);
-        sq_err_test = hn::MulAdd(e, e, sq_err_test);
-        sq_err_ref = hn::MulAdd(er, er, sq_err_ref);
-        sq_truth = hn::MulAdd(vu, vu, sq_truth);
-        sq_test = hn::MulAdd(v.test, v.test, sq_test);
-        test_dot_truth = hn::MulAdd(v.test, vu, test_dot_truth);
-        err_sum = hn::Add(err_sum, e);
-        max_truth = hn::Max(max_truth, hn::Abs(e));
-        const VD au = hn::Abs(vu), ar = hn::Abs(v.ref);
-        block_t_equal += hn::CountTrue(d, hn::Eq(v.test, vu));
-        block_r_equal += hn::CountTrue(d, hn::Eq(v.ref, vu));
-        test_over += hn::CountTrue(d, hn::Gt(at, au));
-        test_under += hn::CountTrue(d, hn::Lt(at, au));
-        ref_over += hn::CountTrue(d, hn::Gt(ar, au));
-        ref_under += hn::CountTrue(d, hn::Lt(ar, au));
-      } else {
-        probe = hn::Add(probe, diff);
-      }
-    }
-    // Reduced to scalars before anything below calls out: a vector that lives across a
-    // call is kept in memory, and the compiler then keeps it there in the loop above too.
-    const double s_err_test = kTruth ? SumLanes(sq_err_test) : 0;
-    const double s_err_ref = kTruth ? SumLanes(sq_err_ref) : 0;
-    const double s_truth = kTruth ? SumLanes(sq_truth) : 0;
-    const double s_test = kTruth ? SumLanes(sq_test) : 0;
-    const double s_test_dot_truth = kTruth ? SumLanes(test_dot_truth) : 0;
-    const double s_err_sum = kTruth ? SumLanes(err_sum) : 0;
-    const double s_probe = kTruth ? 0 : SumLanes(probe);
-    const double block_max_ref = hn::GetLane(hn::MaxOfLanes(d, max_ref));
-    const double block_max_truth = kTruth ? hn::GetLane(hn::MaxOfLanes(d, max_truth)) : 0;
-    std::uint64_t block_largest = 0;
-    if constexpr (Codec::kBlockDistances) {
-      block_largest = codec.largest();
-    } else if constexpr (Codec::kFloating) {
-      block_largest = hn::GetLane(hn::MaxOfLanes(du, largest));
-    }
-    const bool some_undecided = block_undecided > 0;
+    if constexpr (kTruth) u = TruthOfBlock(*in.truth, base, n, truth_buffer);
 
-    // Every input lane finite? A NaN or Inf in test or ref reaches e or er (or |t - r|),
-    // one in truth reaches both (an 8-bit NaN or Inf is flagged by its codec). Otherwise
-    // the scalar path redoes the block.
-    const bool finite =
-        !codec.special() &&
-        (kTruth ? std::isfinite(s_err_test) && std::isfinite(s_err_ref) : std::isfinite(s_probe));
+    BlockAccumulators<Codec, kTruth> acc;
+    for (std::size_t i = 0; i < n; i += N) acc.Add(codec.Load(i), u, i, lines, u_ahead, dist);
+    const BlockTotals b = acc.Reduce(codec);
+
     // The profile is added here, block by block in order, as the scalar path adds it.
     if constexpr (kTruth) {
       if (opt.magnitude_profile) add_magnitude_profile(in, base, base + n, p.magnitude);
     }
-    if (HWY_UNLIKELY(!finite)) {
-      MetricOptions without_profile = opt;
-      without_profile.magnitude_profile = false;
-      redone.merge(accumulate_scalar(in, without_profile, base, base + n));
+    if (HWY_UNLIKELY(!AllFinite<kTruth>(b, codec))) {
+      redone.merge(RedoOnScalarPath(in, opt, base, n));
       continue;
     }
     fast_n += n;
-    // The band's lanes, exactly (a block with a NaN or Inf went to the scalar path above).
-    if (HWY_UNLIKELY(some_undecided)) {
-      for (std::size_t i = 0; i < n; i += N) {
-        const Lanes v = codec.Load(i);
-        const VD diff = hn::Abs(hn::Sub(v.test, v.ref)), at = hn::Abs(v.test);
-        const auto undecided = undecided_in(diff, at, far_in(diff, at));
-        if (!hn::AllFalse(d, undecided)) p.not_close += NotCloseAmong(undecided, codec, i, dt, opt);
-      }
-    }
-    p.not_close += block_far;
-    p.values_differ += block_differ;
-    p.bits_differ += CountBitsDiffer(es, tp, rp, n);
-    // A larger maximum than all before: find where it first occurs in this block.
-    if (block_max_ref > p.max_abs_ref) {
-      p.max_abs_ref = block_max_ref;
-      p.max_abs_ref_index =
-          base + FirstLaneWhere(n, [&](std::size_t i) {
-            const Lanes v = codec.Load(i);
-            return hn::Eq(hn::Abs(hn::Sub(v.test, v.ref)), hn::Set(d, block_max_ref));
-          });
-    }
-    if constexpr (Codec::kBlockDistances) {
-      AddUlp(codec.distances(), n, block_largest, base, p);
-    } else if constexpr (Codec::kFloating) {
-      AddUlp(dist, n, block_largest, base, p);
-    }
+    AddTestVsRef(b, codec, dist, tp, rp, base, n, lines, dt, opt, p);
     if constexpr (kTruth) {
-      p.sq_err_test.add(s_err_test);
-      p.sq_err_ref.add(s_err_ref);
-      p.sq_truth.add(s_truth);
-      p.sq_test.add(s_test);
-      p.test_dot_truth.add(s_test_dot_truth);
-      p.err_sum.add(s_err_sum);
-      t_equal += block_t_equal;
-      r_equal += block_r_equal;
-      p.test_over += test_over;
-      p.test_under += test_under;
-      p.ref_over += ref_over;
-      p.ref_under += ref_under;
-      if (block_max_truth > p.max_abs_truth) {
-        p.max_abs_truth = block_max_truth;
-        p.max_abs_truth_index =
-            base + FirstLaneWhere(n, [&](std::size_t i) {
-              return hn::Eq(hn::Abs(hn::Sub(codec.Load(i).test, hn::LoadU(d, u + i))),
-                            hn::Set(d, block_max_truth));
-            });
-      }
+      t_equal += b.t_equal;
+      r_equal += b.r_equal;
+      AddTruth(b, codec, u, base, n, p);
     }
   }
 
