@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "isclose.hpp"
 #include "metrics_internal.hpp"
 #include "page_populator.hpp"
 #include "parallel.hpp"
@@ -23,36 +24,6 @@ std::string ulp_bin_label(int bin) {
   return std::to_string(lo) + "-" + std::to_string(hi);
 }
 
-std::string format_shape(const Shape& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-std::vector<std::uint64_t> unravel_index(const Shape& shape, std::uint64_t flat) {
-  std::vector<std::uint64_t> idx(shape.size());
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] == 0) return {};
-    idx[i] = flat % shape[i];
-    flat /= shape[i];
-  }
-  return idx;
-}
-
-std::string format_index(const Shape& shape, std::uint64_t flat) {
-  const std::vector<std::uint64_t> idx = unravel_index(shape, flat);
-  std::string s = "(";
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(idx[i]);
-  }
-  if (idx.size() == 1) s += ",";
-  return s + ")";
-}
-
 namespace {
 
 using detail::kBlock;
@@ -65,102 +36,6 @@ constexpr std::uint64_t kChunk = 1u << 20;  // elements per parallel task
 constexpr std::uint64_t kBatch = 1u << 16;
 
 }  // namespace
-
-namespace detail {
-
-float round_float_to(DType d, float x) {
-  if (std::isnan(x)) return x;
-  if (d == DType::F16) {
-    const float a = std::fabs(x);
-    // 65520 is halfway past the largest half (65504): ties to even round it to inf.
-    if (a >= 65520.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
-    // Subnormal halves are multiples of 2^-24; scaling by 2^24 is exact.
-    if (a < 0x1p-14f) return std::nearbyint(x * 0x1p24f) * 0x1p-24f;
-  }
-  if (d == DType::BF16 || d == DType::F16) {
-    // Normal range: round to nearest even on the low bits a float has beyond the type's
-    // (16 for bf16, 13 for f16); a carry into the exponent is the correct rounding up.
-    const int drop = d == DType::BF16 ? 16 : 13;
-    std::uint32_t u;
-    std::memcpy(&u, &x, 4);
-    u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1u);
-    u &= ~((1u << drop) - 1);
-    float r;
-    std::memcpy(&r, &u, 4);
-    return r;
-  }
-  return static_cast<float>(round_to(d, x));
-}
-
-// torch.isclose(self, other, atol, rtol) for one element: |self - other| <= atol +
-// rtol * |other|, computed as ATen does it: in the tensors' dtype, the half types in float
-// and rounded after every operation. `same()` calls allclose(ref, test): other is the test.
-bool torch_isclose(DType d, double self, double other, double atol, double rtol, bool equal_nan) {
-  const double t = self, r = other;
-  if (t == r) return true;
-  if (std::isnan(t) || std::isnan(r)) return equal_nan && std::isnan(t) && std::isnan(r);
-  const double exact_allowed = atol + rtol * std::fabs(r);
-  const double exact_actual = std::fabs(t - r);
-  // Far from the boundary the roundings cannot change the answer: skip the emulation.
-  if (std::isfinite(exact_actual) && exact_actual <= 0.5 * exact_allowed) return true;
-  if (exact_actual >= 2 * exact_allowed + 1e-300) return false;
-  switch (d) {
-    case DType::F64:
-      return std::isfinite(exact_actual) && exact_actual <= exact_allowed;
-    case DType::F32: {
-      const float allowed =
-          static_cast<float>(atol) + std::fabs(static_cast<float>(rtol) * static_cast<float>(r));
-      const float actual = std::fabs(static_cast<float>(t) - static_cast<float>(r));
-      return std::isfinite(actual) && actual <= allowed;
-    }
-    case DType::BF16:
-    case DType::F16: {
-      const float scaled = round_float_to(d, static_cast<float>(rtol) * static_cast<float>(r));
-      const float allowed = round_float_to(d, static_cast<float>(atol) + std::fabs(scaled));
-      const float actual =
-          std::fabs(round_float_to(d, static_cast<float>(t) - static_cast<float>(r)));
-      return std::isfinite(actual) && actual <= allowed;
-    }
-    default:  // fp8 (torch has no arithmetic for it) and integers: exact arithmetic
-      return std::isfinite(exact_actual) && exact_actual <= exact_allowed;
-  }
-}
-
-// The emulation of torch_isclose moves `allowed` and |t - r| off their double values by
-// its roundings: bf16/f16/f32 arithmetic rounds each operation to u = 2^-8, 2^-11, 2^-24
-// relative (a few operations: under 4u in all), or to half a subnormal spacing absolute.
-// A band of 8u relative and 4 subnormal spacings absolute contains every case it can flip.
-// That holds while float(tol) is a normal float and nothing overflows (2^-100 <= tol <=
-// 0.2) and the band stays above zero; outside, the factor-2 band of torch_isclose's own
-// shortcut is used. The other dtypes compare in double as the SIMD kernel does. Every
-// band has 2^-50 more room: the kernel forms its lines with a few roundings of its own.
-CloseBand close_band(DType d, double tol) {
-  constexpr double kKernelRounding = 0x1p-50;
-  const CloseBand shortcut{0.5 * (1 - kKernelRounding), 0.0, 2 * (1 + kKernelRounding), 1e-300};
-  double u = 0, spacing = 0;
-  switch (d) {
-    case DType::BF16:
-      u = 0x1p-8;
-      spacing = 0x1p-133;
-      break;
-    case DType::F16:
-      u = 0x1p-11;
-      spacing = 0x1p-24;
-      break;
-    case DType::F32:
-      u = 0x1p-24;
-      spacing = 0x1p-149;
-      break;
-    default:  // |t - r| <= allowed in double, so only the kernel's roundings are unsure.
-      // (The offset is the least normal double: a subnormal operand slows the FMA 50x.)
-      return {1 - kKernelRounding, 0.0, 1 + kKernelRounding, 0x1p-1022};
-  }
-  const double relative = 8 * u + kKernelRounding, absolute = 4 * spacing;
-  if (!(tol >= 0x1p-100 && tol <= 0.2 && tol * (1 - relative) > absolute)) return shortcut;
-  return {1 - relative, -absolute, 1 + relative, absolute};
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -504,22 +379,6 @@ Metrics compute_metrics(const TensorView& test, const TensorView& ref, const Ten
                         const MetricOptions& options) {
   const MetricsInput in{&test, &ref, truth};
   return compute_metrics(std::span<const MetricsInput>(&in, 1), options)[0];
-}
-
-bool loosely_close_to_truth(const TensorView& test, const TensorView& truth, bool equal_nan) {
-  constexpr double kLoose = 4e-2;
-  const DType dt = test.dtype;
-  const std::size_t es = element_size(dt), us = element_size(truth.dtype);
-  const std::uint64_t n = test.numel();
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const double t = to_double(dt, test.data + i * es);
-    // torch's .to(dtype) from float64 goes through float for the half types.
-    double u = to_double(truth.dtype, truth.data + i * us);
-    if (dt != DType::F64) u = static_cast<float>(u);
-    if (dt != DType::F64 && dt != DType::F32) u = round_to(dt, u);
-    if (!detail::torch_isclose(dt, u, t, kLoose, kLoose, equal_nan)) return false;
-  }
-  return true;
 }
 
 }  // namespace numalign

@@ -15,14 +15,6 @@ namespace numalign::detail {
 
 inline constexpr std::size_t kBlock = 256;  // elements decoded at a time (stack buffers)
 
-// x rounded to the nearest value of the floating type d (ties to even), as a float: the
-// rounding ATen applies after each operation on bf16 and f16 tensors.
-float round_float_to(DType d, float x);
-
-// torch.isclose(self, other, atol, rtol) for one element, rounded as ATen rounds it in
-// the dtype d (see metrics.cpp). `same()` calls allclose(ref, test): other is the test.
-bool torch_isclose(DType d, double self, double other, double atol, double rtol, bool equal_nan);
-
 // Adds the NaN and Inf among n decoded values to nf.
 inline void count_nonfinite(const double* v, std::size_t n, NonFinite& nf) {
   for (std::size_t i = 0; i < n; ++i) {
@@ -30,15 +22,6 @@ inline void count_nonfinite(const double* v, std::size_t n, NonFinite& nf) {
     nf.inf += std::isinf(v[i]);
   }
 }
-
-// Where the allclose verdict |t - r| <= allowed (allowed = tol + tol * |t| in double) is
-// certain without torch_isclose's emulation: close when |t - r| <= lo_scale * allowed +
-// lo_offset, not close when >= hi_scale * allowed + hi_offset; between, the emulation
-// decides. See close_band in metrics.cpp for the bounds.
-struct CloseBand {
-  double lo_scale, lo_offset, hi_scale, hi_offset;
-};
-CloseBand close_band(DType d, double tol);
 
 // Every metric of one chunk [begin, end) of one tensor, before the final divisions.
 struct Partial {

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <utility>
 
+#include "isclose.hpp"
 #include "metrics_internal.hpp"
 
 HWY_BEFORE_NAMESPACE();

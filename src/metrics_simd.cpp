@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu_features.hpp"
+#include "isclose.hpp"
 #include "metrics_internal.hpp"
 #include "metrics_simd-inl.hpp"  // the codecs and the block loop, per target
 

@@ -360,50 +360,6 @@ TEST(MetricsSimdTest, ComputeMetricsKernelsAgreeAcrossChunksAndThreads) {
   EXPECT_NEAR(a.baseline, b.baseline, 1e-13 * b.baseline);
 }
 
-// The float-to-half roundings of the allclose emulation against the exact double
-// rounding of dtype.hpp: every value of each type, the floats on both sides of each
-// midpoint to its neighbour (the ties), and random floats of every exponent.
-TEST(MetricsSimdTest, FloatRoundingToHalvesMatchesTheExactRounding) {
-  std::mt19937_64 rng(13);
-  for (DType dt : {DType::BF16, DType::F16}) {
-    std::vector<float> xs;
-    for (std::uint32_t b = 0; b < 0x8000; ++b) {
-      const double v = float_from_bits(dt, b), next = float_from_bits(dt, b + 1);
-      if (!std::isfinite(v)) continue;
-      // Past the largest value the tie is half a step above it, where rounding overflows.
-      const double step = std::isfinite(next) ? next - v : v - float_from_bits(dt, b - 1);
-      const auto mid = static_cast<float>(v + step / 2);
-      for (float x : {static_cast<float>(v), mid, std::nextafter(mid, 0.0f),
-                      std::nextafter(mid, std::numeric_limits<float>::infinity())}) {
-        xs.push_back(x);
-        xs.push_back(-x);
-      }
-    }
-    for (int i = 0; i < 1 << 20; ++i) {
-      const auto bits = static_cast<std::uint32_t>(rng());
-      float x;
-      std::memcpy(&x, &bits, 4);
-      xs.push_back(x);
-    }
-    for (float x : xs) {
-      const float got = detail::round_float_to(dt, x);
-      const auto want = static_cast<float>(round_to(dt, x));
-      if (std::isnan(want)) {
-        EXPECT_TRUE(std::isnan(got)) << name(dt) << " " << x;
-      } else {
-        ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
-            << name(dt) << " " << x << ": " << got << " vs " << want;
-      }
-    }
-  }
-}
-
-}  // namespace
-}  // namespace numalign
-
-namespace numalign {
-namespace {
-
 // The error-against-magnitude profile: the same bins from both paths (with NaN/Inf blocks
 // redone by the scalar path and vector tails), and each element in the bin of its |truth|.
 TEST(MetricsSimdTest, MagnitudeProfileAgreesWithScalarAndBinsByExponent) {

@@ -175,12 +175,5 @@ TEST(MetricsTest, EmptyTensor) {
   EXPECT_TRUE(std::isnan(m.error));
 }
 
-TEST(MetricsTest, FormatIndexIsMultiDimensional) {
-  EXPECT_EQ(format_index({2, 3, 4}, 23), "(1, 2, 3)");
-  EXPECT_EQ(format_index({5}, 4), "(4,)");
-  EXPECT_EQ(format_index({}, 0), "()");
-  EXPECT_EQ(format_shape({2, 3}), "[2, 3]");
-}
-
 }  // namespace
 }  // namespace numalign
