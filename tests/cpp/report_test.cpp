@@ -1,0 +1,280 @@
+// report_test.cpp: a Report's order, counts, exit code and worst tensor, and its text, JSON
+// and JUnit renderings (names escaped in each).
+#include "numalign/report.hpp"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <cmath>
+#include <limits>
+
+namespace numalign {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TensorResult result(const std::string& name, VerdictKind verdict, std::optional<double> ratio,
+                    std::optional<double> limit, std::size_t order) {
+  TensorResult r;
+  r.name = name;
+  r.verdict = verdict;
+  r.rule = "rmse";
+  r.reason = verdict == VerdictKind::kPass ? "within the limit" : "beyond the limit";
+  r.dtype = DType::BF16;
+  r.shape = {2, 2};
+  r.ratio = ratio;
+  r.limit = limit;
+  r.order = order;
+  return r;
+}
+
+std::vector<std::string> names(const Report& r) {
+  std::vector<std::string> out;
+  for (const auto& t : r.tensors) out.push_back(t.name);
+  return out;
+}
+
+TEST(ReportTest, SeverityIsRatioOverLimit) {
+  EXPECT_EQ(severity(result("a", VerdictKind::kFail, 6.0, 3.0, 0)), 2.0);
+  EXPECT_EQ(severity(result("a", VerdictKind::kFail, 0.5, 2.0, 0)), 0.25);
+  // A limit of 0 (exact, ulp:0): any excess is infinitely severe, none is 0.
+  EXPECT_EQ(severity(result("a", VerdictKind::kFail, 1.0, 0.0, 0)), kInf);
+  EXPECT_EQ(severity(result("a", VerdictKind::kPass, 0.0, 0.0, 0)), 0.0);
+  // Without a measure, or with NaN, nothing is known to be better: the most severe.
+  EXPECT_EQ(severity(result("a", VerdictKind::kError, std::nullopt, std::nullopt, 0)), kInf);
+  EXPECT_EQ(severity(result("a", VerdictKind::kFail, 2.0, std::nullopt, 0)), kInf);
+  EXPECT_EQ(severity(result("a", VerdictKind::kFail, std::nan(""), 3.0, 0)), kInf);
+}
+
+TEST(ReportTest, SortPutsErrorsThenFailuresWorstFirstThenPassesInOrder) {
+  Report r;
+  r.tensors = {
+      result("pass.late", VerdictKind::kPass, 9.0, 3.0, 7),  // a pass's ratio does not sort it
+      result("fail.mild", VerdictKind::kFail, 4.0, 3.0, 1),
+      result("error.late", VerdictKind::kError, std::nullopt, std::nullopt, 6),
+      result("pass.early", VerdictKind::kPass, 0.5, 3.0, 0),
+      result("fail.bad", VerdictKind::kFail, 30.0, 3.0, 5),
+      result("fail.exact", VerdictKind::kFail, 1.0, 0.0, 4),
+      result("fail.mild.tie", VerdictKind::kFail, 8.0, 6.0, 3),  // 4/3 too: order breaks it
+      result("error.early", VerdictKind::kError, std::nullopt, std::nullopt, 2),
+  };
+  r.sort();
+  EXPECT_EQ(names(r),
+            (std::vector<std::string>{"error.early", "error.late", "fail.exact", "fail.bad",
+                                      "fail.mild", "fail.mild.tie", "pass.early", "pass.late"}));
+  // The results moved whole, not only their names.
+  EXPECT_EQ(r.tensors[3].ratio, 30.0);
+  EXPECT_EQ(r.tensors[3].order, 5u);
+  EXPECT_EQ(r.tensors[7].ratio, 9.0);
+}
+
+TEST(ReportTest, CountsVerdictAndExitCode) {
+  Report r;
+  EXPECT_TRUE(r.aligned());
+  EXPECT_EQ(r.exit_code(), kAligned);
+  EXPECT_EQ(r.worst(), nullptr);
+
+  r.tensors = {result("a", VerdictKind::kPass, 1.0, 3.0, 0),
+               result("b", VerdictKind::kPass, 2.0, 3.0, 1)};
+  EXPECT_TRUE(r.aligned());
+  EXPECT_EQ(r.count(VerdictKind::kPass), 2u);
+  EXPECT_EQ(r.exit_code(), kAligned);
+  EXPECT_EQ(r.worst(), nullptr) << "passes are never the worst";
+
+  r.tensors.push_back(result("c", VerdictKind::kFail, 4.0, 3.0, 2));
+  r.tensors.push_back(result("d", VerdictKind::kFail, 9.0, 3.0, 3));
+  EXPECT_FALSE(r.aligned());
+  EXPECT_EQ(r.count(VerdictKind::kFail), 2u);
+  EXPECT_EQ(r.exit_code(), kNotAligned);
+  ASSERT_NE(r.worst(), nullptr);
+  EXPECT_EQ(r.worst()->name, "d");
+
+  // Could not judge outranks a failure, in the exit code and as the worst.
+  r.tensors.push_back(result("e", VerdictKind::kError, std::nullopt, std::nullopt, 4));
+  EXPECT_EQ(r.count(VerdictKind::kError), 1u);
+  EXPECT_EQ(r.exit_code(), kCouldNotJudge);
+  EXPECT_EQ(r.worst()->name, "e");
+}
+
+TEST(ReportTest, TextListsFailuresFirstAndEndsWithTheSummary) {
+  Report r;
+  r.title = "test.safetensors vs ref.safetensors";
+  r.settings = "rule rmse, tol 1e-04";
+  r.tensors = {result("layer.ok", VerdictKind::kPass, 1.25, 3.0, 0),
+               result("layer.bad", VerdictKind::kFail, 4.5, 3.0, 1),
+               result("layer.fine", VerdictKind::kPass, 0.75, 3.0, 2)};
+  r.sort();
+  const std::string text = render_text(r);
+  EXPECT_TRUE(
+      text.starts_with("numalign judge\n  test.safetensors vs ref.safetensors\n"
+                       "  settings: rule rmse, tol 1e-04\n"))
+      << text;
+  const auto bad = text.find("FAIL     layer.bad"), ok = text.find("PASS     layer.ok"),
+             fine = text.find("PASS     layer.fine");
+  ASSERT_NE(bad, std::string::npos) << text;
+  ASSERT_NE(ok, std::string::npos) << text;
+  ASSERT_NE(fine, std::string::npos) << text;
+  EXPECT_LT(bad, ok);
+  EXPECT_LT(ok, fine);
+  // A failure's reason follows it; a pass's only with verbose.
+  EXPECT_NE(text.find("\n         beyond the limit\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("within the limit"), std::string::npos) << text;
+  EXPECT_NE(render_text(r, /*verbose=*/true).find("within the limit"), std::string::npos);
+  EXPECT_TRUE(
+      text.ends_with("\nNOT ALIGNED: 2 of 3 tensors pass, 1 fail; worst: layer.bad (ratio 4.5, "
+                     "limit 3)\n"))
+      << text;
+  EXPECT_EQ(render_summary(r),
+            "NOT ALIGNED: 2 of 3 tensors pass, 1 fail; worst: layer.bad (ratio 4.5, limit 3)");
+
+  r.tensors.push_back(result("missing", VerdictKind::kError, std::nullopt, std::nullopt, 3));
+  EXPECT_EQ(render_summary(r),
+            "COULD NOT JUDGE: 2 of 4 tensors pass, 1 fail, 1 could not be judged; worst: missing");
+  r.tensors = {result("a", VerdictKind::kPass, 1.0, 3.0, 0)};
+  EXPECT_EQ(render_summary(r), "ALIGNED: 1 of 1 tensors pass");
+}
+
+TEST(ReportTest, TextShowsFiftyPassesUnlessVerbose) {
+  Report r;
+  for (std::size_t i = 0; i < 53; ++i) {
+    r.tensors.push_back(result("t" + std::to_string(i), VerdictKind::kPass, 1.0, 3.0, i));
+  }
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("PASS     t49 "), std::string::npos);
+  EXPECT_EQ(text.find("PASS     t50 "), std::string::npos);
+  EXPECT_NE(text.find("... 3 more passing tensors (--verbose lists all)"), std::string::npos);
+  const std::string all = render_text(r, /*verbose=*/true);
+  EXPECT_NE(all.find("PASS     t52 "), std::string::npos);
+  EXPECT_EQ(all.find("more passing tensors"), std::string::npos);
+}
+
+TEST(ReportTest, TextEscapesControlCharactersInNamesAndReasons) {
+  Report r;
+  TensorResult bad = result("evil\nPASS     forged\x01", VerdictKind::kFail, 4.5, 3.0, 0);
+  bad.reason = "line one\rline two";
+  r.tensors = {bad};
+  r.warnings = {"a warning\x1b[31m in red"};
+  const std::string text = render_text(r);
+  EXPECT_EQ(text.find("\nPASS     forged"), std::string::npos) << "a name forged a row:\n" << text;
+  EXPECT_NE(text.find("evil\\x0aPASS     forged\\x01"), std::string::npos) << text;
+  EXPECT_NE(text.find("line one\\x0dline two"), std::string::npos) << text;
+  EXPECT_NE(text.find("  - a warning\\x1b[31m in red\n"), std::string::npos) << text;
+  EXPECT_NE(render_summary(r).find("worst: evil\\x0aPASS     forged\\x01"), std::string::npos);
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    EXPECT_TRUE(u >= 0x20 || c == '\n') << "raw control character " << int{u};
+  }
+}
+
+TEST(ReportTest, JsonFieldsParseBack) {
+  Report r;
+  r.settings = "rule rmse";
+  r.warnings = {"TF32 was on"};
+  TensorResult with_metrics = result("w\"\n\x02", VerdictKind::kFail, 4.5, 3.0, 0);
+  Metrics m;
+  m.numel = 4;
+  m.floating = true;
+  m.max_abs_ref = 0.25;
+  m.max_abs_ref_index = 3;
+  m.values_differ = 2;
+  m.ulp.max = 3;
+  m.ulp.max_index = 2;
+  m.ulp.hist[0] = 2;
+  m.ulp.hist[1] = 1;
+  m.ulp.hist[ulp_bin(3)] = 1;
+  m.test_nonfinite.nan = 1;
+  with_metrics.metrics = m;
+  TensorResult ulp_rule = result("u", VerdictKind::kPass, 7.0, 8.0, 1);
+  ulp_rule.rule = "ulp:8";  // its ratio is not an rmse ratio: not max_ratio
+  TensorResult missing = result("gone", VerdictKind::kError, std::nullopt, std::nullopt, 2);
+  missing.rule = "";
+  missing.dtype.reset();
+  r.tensors = {with_metrics, ulp_rule, missing};
+  r.sort();
+
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  const std::string json = render_json(r);
+  ASSERT_FALSE(parser.parse(json).get(doc)) << json;
+  EXPECT_FALSE(bool(doc["aligned"]));
+  simdjson::dom::element s = doc["summary"];
+  EXPECT_EQ(std::uint64_t(s["tensors"]), 3u);
+  EXPECT_EQ(std::uint64_t(s["passed"]), 1u);
+  EXPECT_EQ(std::uint64_t(s["failed"]), 1u);
+  EXPECT_EQ(std::uint64_t(s["errors"]), 1u);
+  EXPECT_EQ(double(s["max_ratio"]), 4.5);
+  EXPECT_EQ(std::string_view(s["worst"]), "gone");
+  EXPECT_EQ(std::string_view(s["settings"]), "rule rmse");
+  EXPECT_EQ(std::string_view(doc["warnings"].at(0)), "TF32 was on");
+  EXPECT_TRUE(doc["first_divergence"].error()) << "absent unless the report has one";
+
+  simdjson::dom::array tensors = doc["tensors"];
+  ASSERT_EQ(tensors.size(), 3u);
+  simdjson::dom::element gone = tensors.at(0);  // errors first
+  EXPECT_EQ(std::string_view(gone["verdict"]), "error");
+  EXPECT_TRUE(gone["dtype"].is_null());
+  EXPECT_TRUE(gone["numel"].is_null());
+  EXPECT_TRUE(gone["ratio"].is_null());
+  EXPECT_TRUE(gone["ulp_hist"].is_null());
+  EXPECT_TRUE(gone["nonfinite"].is_null());
+
+  simdjson::dom::element w = tensors.at(1);
+  EXPECT_EQ(std::string_view(w["name"]), "w\"\n\x02") << "the name round-trips";
+  EXPECT_EQ(std::string_view(w["verdict"]), "fail");
+  EXPECT_EQ(std::string_view(w["dtype"]), "BF16");
+  EXPECT_EQ(std::uint64_t(w["shape"].at(1)), 2u);
+  EXPECT_EQ(std::uint64_t(w["numel"]), 4u);
+  EXPECT_EQ(double(w["ratio"]), 4.5);
+  EXPECT_EQ(double(w["limit"]), 3.0);
+  EXPECT_TRUE(w["error"].is_null()) << "no truth";
+  EXPECT_TRUE(w["bias"].is_null());
+  EXPECT_EQ(double(w["max_abs_ref"]), 0.25);
+  EXPECT_EQ(std::uint64_t(w["max_abs_ref_index"].at(0)), 1u);  // flat 3 in [2, 2]
+  EXPECT_EQ(std::uint64_t(w["max_abs_ref_index"].at(1)), 1u);
+  EXPECT_EQ(std::uint64_t(w["max_ulp"]), 3u);
+  EXPECT_EQ(double(w["frac_diff"]), 0.5);
+  simdjson::dom::object hist = w["ulp_hist"];
+  EXPECT_EQ(hist.size(), 3u) << "empty bins are left out";
+  EXPECT_EQ(std::uint64_t(hist["0"]), 2u);
+  EXPECT_EQ(std::uint64_t(hist["1"]), 1u);
+  EXPECT_EQ(std::uint64_t(hist["3-4"]), 1u);
+  EXPECT_EQ(std::uint64_t(w["nonfinite"]["test"]["nan"]), 1u);
+  EXPECT_TRUE(w["nonfinite"]["truth"].error()) << "no truth, no truth counts";
+
+  EXPECT_EQ(std::string_view(tensors.at(2)["rule"]), "ulp:8");
+}
+
+TEST(ReportTest, JunitHasOneCasePerTensorWithEscapedNames) {
+  Report r;
+  r.warnings = {"inputs differ <fingerprints>"};
+  r.tensors = {result("a<b>&\"c\"", VerdictKind::kFail, 4.5, 3.0, 0),
+               result("gone", VerdictKind::kError, std::nullopt, std::nullopt, 1),
+               result("ok", VerdictKind::kPass, 1.0, 3.0, 2)};
+  r.tensors[1].reason = "missing in test";
+  const std::string xml = render_junit(r);
+  EXPECT_TRUE(
+      xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                      "<testsuites><testsuite name=\"numalign\" tests=\"3\" "
+                      "failures=\"1\" errors=\"1\">\n"))
+      << xml;
+  EXPECT_TRUE(xml.ends_with("</testsuite></testsuites>\n")) << xml;
+  EXPECT_NE(xml.find("<system-out>warning: inputs differ &lt;fingerprints&gt;\n</system-out>"),
+            std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"numalign.rmse\" name=\"a&lt;b&gt;&amp;&quot;c&quot;\">"
+                     "<failure message=\"beyond the limit (ratio 4.5, limit 3)\"/></testcase>"),
+            std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("name=\"gone\"><error message=\"missing in test\"/></testcase>"),
+            std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("name=\"ok\"></testcase>"), std::string::npos) << xml;
+  std::size_t cases = 0;
+  for (auto at = xml.find("<testcase "); at != std::string::npos;
+       at = xml.find("<testcase ", at + 1))
+    ++cases;
+  EXPECT_EQ(cases, 3u);
+}
+
+}  // namespace
+}  // namespace numalign
