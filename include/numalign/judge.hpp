@@ -29,8 +29,9 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
                      const ProgressFn& progress = {},
                      std::span<const std::span<const std::byte>> mapped = {});
 
-// Warnings that the runs' metadata reveals (DESIGN section 5): precision recipes that
-// differ, inputs that differ (fingerprints), TF32 on, a truth at ref's precision.
+// Warnings that the runs' metadata reveals (docs/architecture.md, "Comparisons that mean
+// nothing"): precision recipes that differ, inputs that differ (fingerprints), TF32 on, a
+// truth at ref's precision.
 void add_metadata_warnings(const TraceMetadata* test, const TraceMetadata* ref,
                            const TraceMetadata* truth, Report& report);
 

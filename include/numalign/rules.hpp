@@ -84,8 +84,8 @@ RuleChoice choose_rule(const std::string& name, DType dtype, const JudgeOptions&
 Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorView& ref,
                  const TensorView* truth, const Metrics& metrics, const JudgeOptions& options);
 
-// The bias check of DESIGN section 3: |EB(test)| above both 4/sqrt(#(t != u)) and
-// 2|EB(ref)| + 0.05.
+// The bias check (docs/architecture.md, "Metrics and the bias check"): |EB(test)| above both
+// 4/sqrt(#(t != u)) and 2|EB(ref)| + 0.05.
 bool bias_check_fails(const Metrics& metrics);
 
 }  // namespace numalign

@@ -18,8 +18,8 @@ namespace numalign {
 inline constexpr std::uint64_t kMaxHeaderSize = 100'000'000;  // safetensors' MAX_HEADER_SIZE
 inline constexpr const char* kMetadataKey = "numalign";       // our JSON inside __metadata__
 
-// Structured metadata of a trace (DESIGN section 4), stored as JSON under __metadata__'s
-// "numalign" key. Every field is optional; unknown fields are kept out of the way.
+// Structured metadata of a trace (docs/architecture.md, "Formats"), stored as JSON under
+// __metadata__'s "numalign" key. Every field is optional; unknown fields are kept out of the way.
 struct TraceMetadata {
   std::string role;          // truth / ref / test
   std::string dtype_recipe;  // e.g. "bf16", "fp32-accumulate"

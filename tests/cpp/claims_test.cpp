@@ -1,4 +1,5 @@
-// claims_test.cpp: the measured claims of DESIGN sections 1-2, reproduced on simulated kernels.
+// claims_test.cpp: the measured claims of docs/architecture.md ("The rules"), reproduced on
+// simulated kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // judge_test.cpp: pairing of tensors and the warnings for comparisons that mean little,
-// read from the traces' metadata (DESIGN section 5).
+// read from the traces' metadata (docs/architecture.md, "Comparisons that mean nothing").
 #include "numalign/judge.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // sensitivity_test.cpp: planted bugs and which rules catch them, on the bf16 allreduce case
-// (DESIGN section 2's claims: truncation passes rmse but fails the bias check; a
-// 2-ULP error on 1% of the elements fails ulp:1 and passes rmse; a NaN fails everything).
+// (the claims of docs/architecture.md, "The rules": truncation passes rmse but fails the bias
+// check; a 2-ULP error on 1% of the elements fails ulp:1 and passes rmse; a NaN fails everything).
 #include "numalign/sensitivity.hpp"
 
 #include <gtest/gtest.h>

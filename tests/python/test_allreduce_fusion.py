@@ -1,7 +1,8 @@
 """test_allreduce_fusion.py: examples/allreduce_fusion on 2 gloo ranks: the fused all-reduce
 + residual + RMSNorm kernel, its truncating and 2-ULP-planted variants, swept over m x hidden x
 magnitude x operand signs, each case tagged with its kernel path, judged with exact, ulp:1,
-rmse and abs:0.13 against a float64 truth (DESIGN section 2's claims, measured here)."""
+rmse and abs:0.13 against a float64 truth (the claims of docs/architecture.md, "The rules",
+measured here)."""
 import sys
 from pathlib import Path
 
