@@ -44,6 +44,11 @@ struct TraceEntry {
   std::uint32_t file = 0;  // the file holding it: a position in Trace::files()
 };
 
+struct NamedTensor {
+  std::string name;
+  TensorView view;
+};
+
 class MappedFile;
 namespace detail {
 class NameIndex;
@@ -56,6 +61,12 @@ class Trace {
   static Trace open(const std::string& path);
   // Parses bytes already in memory (not copied: they must outlive the Trace).
   static Trace parse(std::span<const std::byte> bytes, const std::string& label);
+  // A run held in memory (a front end's tensors): the views are not copied and must outlive
+  // the Trace; `raw_metadata` as a file's __metadata__ (our key parsed). `label` is its
+  // path in reports ("" for none). Throws Error on a name given twice.
+  static Trace from_tensors(std::vector<NamedTensor> tensors,
+                            std::map<std::string, std::string> raw_metadata,
+                            const std::string& label = "");
 
   const std::string& path() const { return path_; }
   // In file order (data offsets); for shards, shard by shard.
@@ -80,11 +91,6 @@ class Trace {
   std::shared_ptr<detail::NameIndex> index_;  // never changed once the trace is built
   std::map<std::string, std::string> raw_metadata_;
   std::optional<TraceMetadata> metadata_;
-};
-
-struct NamedTensor {
-  std::string name;
-  TensorView view;
 };
 
 // The header bytes the reference serializer would write (padded to 8) for these tensors:
