@@ -1,4 +1,4 @@
-// trace.cpp: safetensors reading (mmap + validation), sharded traces, metadata, writing.
+// trace.cpp: safetensors reading (mmap + validation), sharded traces, metadata as JSON.
 #include "numalign/trace.hpp"
 
 #include <fcntl.h>
@@ -105,9 +105,16 @@ std::map<std::string, std::string> parse_metadata_map(const simdjson::dom::eleme
   return out;
 }
 
-}  // namespace
+// A file's two parts: the JSON header and the data section after it.
+struct Frame {
+  std::string_view header;
+  const std::byte* data;
+  std::uint64_t data_size;
+};
 
-void Trace::add_file(std::span<const std::byte> bytes, const std::string& label) {
+// The 8-byte little-endian header length, checked against the cap and the file's size, and
+// the header's bytes checked as the reference checks them (UTF-8, no NUL).
+Frame read_frame(std::span<const std::byte> bytes, const std::string& label) {
   const std::size_t size = bytes.size();
   if (size < 8) {
     fail(label, "file is " + std::to_string(size) +
@@ -123,8 +130,7 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
     fail(label, "header length " + std::to_string(n) + " runs past the end of the file (" +
                     std::to_string(size) + " bytes): truncated?");
   }
-  const auto* hp = reinterpret_cast<const char*>(bytes.data() + 8);
-  const std::string_view header(hp, n);
+  const std::string_view header(reinterpret_cast<const char*>(bytes.data() + 8), n);
   if (!simdjson::validate_utf8(header.data(), header.size())) {
     fail(label, "header is not valid UTF-8");
   }
@@ -132,33 +138,41 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
     fail(label, "header has a NUL byte at offset " + std::to_string(nul + 8) +
                     " (headers are padded with spaces, not NUL)");
   }
-  // The header is parsed where it lies when the file has simdjson's padding after it (any
-  // data section of 64 bytes or more): the padding is read, never interpreted.
-  simdjson::dom::parser parser;
+  return {header, bytes.data() + 8 + n, size - 8 - n};
+}
+
+// The header as a JSON object. It is parsed where it lies when the file has simdjson's
+// padding after it (any data section of 64 bytes or more): the padding is read, never
+// interpreted. Otherwise it is parsed from `copy`. The object lives in `parser`.
+simdjson::dom::object parse_header(const Frame& frame, simdjson::dom::parser& parser,
+                                   simdjson::padded_string& copy, const std::string& label) {
   simdjson::dom::element doc;
-  simdjson::padded_string copy;
-  const bool padded = size - 8 - n >= simdjson::SIMDJSON_PADDING;
-  if (!padded) copy = simdjson::padded_string(header);
-  auto parsed = padded ? parser.parse(header.data(), header.size(), false) : parser.parse(copy);
+  const bool padded = frame.data_size >= simdjson::SIMDJSON_PADDING;
+  if (!padded) copy = simdjson::padded_string(frame.header);
+  auto parsed =
+      padded ? parser.parse(frame.header.data(), frame.header.size(), false) : parser.parse(copy);
   if (auto err = parsed.get(doc)) {
     fail(label, std::string("header is not valid JSON: ") + simdjson::error_message(err));
   }
   simdjson::dom::object root;
   if (doc.get(root)) fail(label, "header is not a JSON object");
+  return root;
+}
 
-  // Entries go straight into entries_ (their data pointers set once the layout is checked);
-  // a file that fails leaves the whole trace unusable, so nothing needs undoing.
-  const auto file = static_cast<std::uint32_t>(file_paths_.size());
-  file_paths_.push_back(label);
-  const std::size_t first = entries_.size();
-  if (first + root.size() > std::numeric_limits<std::uint32_t>::max()) {
+// [begin, end) of an entry's data, as its header states them.
+using Extent = std::pair<std::uint64_t, std::uint64_t>;
+
+// Reads the header's entries, appending them to `entries` (data pointers still null) and
+// their extents to `extents`, in header order; __metadata__ goes to `metadata`.
+void parse_entries(const simdjson::dom::object& root, std::uint32_t file, const std::string& label,
+                   std::vector<TraceEntry>& entries, std::vector<Extent>& extents,
+                   std::map<std::string, std::string>& metadata) {
+  if (entries.size() + root.size() > std::numeric_limits<std::uint32_t>::max()) {
     fail(label, "more tensors than a trace can index");
   }
-  entries_.reserve(first + root.size());
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> offsets;  // [begin, end) per entry
-  offsets.reserve(root.size());
+  entries.reserve(entries.size() + root.size());
+  extents.reserve(root.size());
   bool seen_metadata = false;
-  std::map<std::string, std::string> file_metadata;
   std::string_view last_dtype_name;
   DType last_dtype = DType::F32;
   for (auto field : root) {
@@ -166,7 +180,7 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
     if (key == "__metadata__") {
       if (seen_metadata) fail(label, "header has __metadata__ twice");
       seen_metadata = true;
-      file_metadata = parse_metadata_map(field.value, label);
+      metadata = parse_metadata_map(field.value, label);
       continue;
     }
     if (key.find('\0') != std::string_view::npos)
@@ -207,37 +221,70 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
     if (offsets_el.get(offsets_arr) || offsets_arr.size() != 2) {
       fail(label, tensor_named(key) + ": data_offsets must be [begin, end]");
     }
-    offsets.emplace_back(read_u64(offsets_arr.at(0).value_unsafe(), key, label, "data_offsets"),
+    extents.emplace_back(read_u64(offsets_arr.at(0).value_unsafe(), key, label, "data_offsets"),
                          read_u64(offsets_arr.at(1).value_unsafe(), key, label, "data_offsets"));
-    entries_.push_back({std::string(key), TensorView{last_dtype, std::move(shape), nullptr}, file});
+    entries.push_back({std::string(key), TensorView{last_dtype, std::move(shape), nullptr}, file});
   }
-  // Names are unique within the trace: in this header and across its shards.
-  if (!index_) index_ = std::make_shared<detail::NameIndex>();
-  auto name_of = [&](std::uint32_t i) -> std::string_view { return entries_[i].name; };
-  index_->reserve(entries_.size(), name_of);
-  for (std::size_t i = first; i < entries_.size(); ++i) {
-    if (const auto other = index_->insert(static_cast<std::uint32_t>(i), name_of)) {
-      const TraceEntry& e = entries_[*other];
-      if (e.file == file) {
+}
+
+// Adds entries [first, end) to the index. Names are unique within the trace: in this
+// header and across its shards.
+void index_names(detail::NameIndex& index, const std::vector<TraceEntry>& entries,
+                 std::size_t first, const std::vector<std::string>& file_paths,
+                 const std::string& label) {
+  auto name_of = [&](std::uint32_t i) -> std::string_view { return entries[i].name; };
+  index.reserve(entries.size(), name_of);
+  for (std::size_t i = first; i < entries.size(); ++i) {
+    if (const auto other = index.insert(static_cast<std::uint32_t>(i), name_of)) {
+      const TraceEntry& e = entries[*other];
+      if (e.file == entries[i].file) {
         fail(label, tensor_named(e.name) + " appears twice in the header (names must be unique)");
       }
-      fail(label, tensor_named(e.name) + " is also in " + file_paths_[e.file]);
+      fail(label, tensor_named(e.name) + " is also in " + file_paths[e.file]);
     }
   }
-  // Validate the layout as the reference does: sorted by offsets, back to back from 0. A
-  // permutation is sorted, not the entries (writers mostly list them in offset order).
-  std::vector<std::uint32_t> by_offset(offsets.size());
+}
+
+// The entries' positions sorted by extent. A permutation is sorted, not the entries
+// (writers mostly list them in offset order, and then nothing moves).
+std::vector<std::uint32_t> order_by_offset(const std::vector<Extent>& extents) {
+  std::vector<std::uint32_t> by_offset(extents.size());
   for (std::uint32_t i = 0; i < by_offset.size(); ++i) by_offset[i] = i;
-  auto offset_less = [&](std::uint32_t a, std::uint32_t b) { return offsets[a] < offsets[b]; };
+  auto offset_less = [&](std::uint32_t a, std::uint32_t b) { return extents[a] < extents[b]; };
   if (!std::is_sorted(by_offset.begin(), by_offset.end(), offset_less)) {
     std::sort(by_offset.begin(), by_offset.end(), offset_less);
   }
-  const std::uint64_t data_size = size - 8 - n;
+  return by_offset;
+}
+
+// The bytes a tensor's dtype and shape need, refused when they overflow or do not fill
+// whole bytes.
+std::uint64_t needed_bytes(const TraceEntry& e, const std::string& label) {
+  std::uint64_t numel = 1, nbits = 0;
+  for (auto d : e.view.shape) {
+    if (!checked_mul(numel, d, numel))
+      fail(label, tensor_named(e.name) + ": shape product overflows");
+  }
+  if (!checked_mul(numel, static_cast<std::uint64_t>(bits(e.view.dtype)), nbits)) {
+    fail(label, tensor_named(e.name) + ": byte size overflows");
+  }
+  if (nbits % 8 != 0) {
+    fail(label, tensor_named(e.name) + ": " + std::to_string(numel) + " elements of " +
+                    std::string(name(e.view.dtype)) + " do not fill whole bytes");
+  }
+  return nbits / 8;
+}
+
+// Validates the layout as the reference does: in offset order, extents back to back from
+// 0 (no hole, no overlap) to the end of the data section, each the size its dtype and
+// shape need. Points each entry's view at its data.
+void place_data(const Frame& frame, std::span<TraceEntry> entries,
+                const std::vector<Extent>& extents, const std::vector<std::uint32_t>& by_offset,
+                const std::string& label) {
   std::uint64_t expected = 0;
-  const std::byte* data = bytes.data() + 8 + n;
   for (const std::uint32_t k : by_offset) {
-    TraceEntry& e = entries_[first + k];
-    const auto [begin, end] = offsets[k];
+    TraceEntry& e = entries[k];
+    const auto [begin, end] = extents[k];
     if (end < begin) {
       fail(label, tensor_named(e.name) + ": data_offsets [" + std::to_string(begin) + ", " +
                       std::to_string(end) + "] end before they begin");
@@ -247,54 +294,72 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
                       " but the previous " + "tensor ends at " + std::to_string(expected) +
                       (begin > expected ? " (a hole)" : " (an overlap)"));
     }
-    std::uint64_t numel = 1, nbits = 0;
-    for (auto d : e.view.shape) {
-      if (!checked_mul(numel, d, numel))
-        fail(label, tensor_named(e.name) + ": shape product overflows");
-    }
-    if (!checked_mul(numel, static_cast<std::uint64_t>(bits(e.view.dtype)), nbits)) {
-      fail(label, tensor_named(e.name) + ": byte size overflows");
-    }
-    if (nbits % 8 != 0) {
-      fail(label, tensor_named(e.name) + ": " + std::to_string(numel) + " elements of " +
-                      std::string(name(e.view.dtype)) + " do not fill whole bytes");
-    }
-    if (end - begin != nbits / 8) {
+    const std::uint64_t nbytes = needed_bytes(e, label);
+    if (end - begin != nbytes) {
       fail(label, tensor_named(e.name) + ": " + std::string(name(e.view.dtype)) + " " +
-                      format_shape(e.view.shape) + " needs " + std::to_string(nbits / 8) +
+                      format_shape(e.view.shape) + " needs " + std::to_string(nbytes) +
                       " bytes but data_offsets span " + std::to_string(end - begin));
     }
-    if (end > data_size) {
+    if (end > frame.data_size) {
       fail(label, tensor_named(e.name) + ": data_offsets end at " + std::to_string(end) +
-                      ", past the data section (" + std::to_string(data_size) + " bytes)");
+                      ", past the data section (" + std::to_string(frame.data_size) + " bytes)");
     }
-    e.view.data = data + begin;
+    e.view.data = frame.data + begin;
     expected = end;
   }
-  if (expected != data_size) {
-    fail(label, "tensor data ends at byte " + std::to_string(8 + n + expected) +
-                    " but the file has " + std::to_string(size) + " bytes (trailing bytes)");
+  if (expected != frame.data_size) {
+    const std::uint64_t data_start = frame.header.size() + 8;
+    fail(label, "tensor data ends at byte " + std::to_string(data_start + expected) +
+                    " but the file has " + std::to_string(data_start + frame.data_size) +
+                    " bytes (trailing bytes)");
   }
+}
+
+// Puts entries [first, first + by_offset.size()) in file order (data offsets), as the
+// reference lists them, and rebuilds the index on their new positions.
+void put_in_file_order(std::vector<TraceEntry>& entries, std::size_t first,
+                       const std::vector<std::uint32_t>& by_offset, detail::NameIndex& index) {
+  bool in_order = true;
+  for (std::uint32_t i = 0; i < by_offset.size() && in_order; ++i) in_order = by_offset[i] == i;
+  if (in_order) return;
+  std::vector<TraceEntry> sorted;
+  sorted.reserve(by_offset.size());
+  for (const std::uint32_t k : by_offset) sorted.push_back(std::move(entries[first + k]));
+  std::move(sorted.begin(), sorted.end(), entries.begin() + static_cast<std::ptrdiff_t>(first));
+  auto name_of = [&](std::uint32_t i) -> std::string_view { return entries[i].name; };
+  index = detail::NameIndex();
+  index.reserve(entries.size(), name_of);
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    index.insert(static_cast<std::uint32_t>(i), name_of);
+}
+
+}  // namespace
+
+// Entries go straight into entries_ (their data pointers set once the layout is checked);
+// a file that fails leaves the whole trace unusable, so nothing needs undoing.
+void Trace::add_file(std::span<const std::byte> bytes, const std::string& label) {
+  const Frame frame = read_frame(bytes, label);
+  simdjson::dom::parser parser;
+  simdjson::padded_string copy;
+  const simdjson::dom::object root = parse_header(frame, parser, copy, label);
+  const auto file = static_cast<std::uint32_t>(file_paths_.size());
+  file_paths_.push_back(label);
+  const std::size_t first = entries_.size();
+  std::vector<Extent> extents;
+  std::map<std::string, std::string> file_metadata;
+  parse_entries(root, file, label, entries_, extents, file_metadata);
+  if (!index_) index_ = std::make_shared<detail::NameIndex>();
+  index_names(*index_, entries_, first, file_paths_, label);
+  const std::vector<std::uint32_t> by_offset = order_by_offset(extents);
+  place_data(frame, std::span(entries_).subspan(first), extents, by_offset, label);
+  // The first file's metadata is the trace's.
   if (first == 0 && raw_metadata_.empty()) {
     raw_metadata_ = file_metadata;
     if (auto it = file_metadata.find(kMetadataKey); it != file_metadata.end()) {
       metadata_ = TraceMetadata::from_json(it->second, label);
     }
   }
-  // Entries in file order (data offsets), as the reference lists them; the index then
-  // learns the new positions.
-  bool in_order = true;
-  for (std::uint32_t i = 0; i < by_offset.size() && in_order; ++i) in_order = by_offset[i] == i;
-  if (in_order) return;
-  std::vector<TraceEntry> sorted;
-  sorted.reserve(by_offset.size());
-  for (const std::uint32_t k : by_offset) sorted.push_back(std::move(entries_[first + k]));
-  std::move(sorted.begin(), sorted.end(), entries_.begin() + static_cast<std::ptrdiff_t>(first));
-  *index_ = detail::NameIndex();
-  index_->reserve(entries_.size(), name_of);
-  for (std::size_t i = 0; i < entries_.size(); ++i) {
-    index_->insert(static_cast<std::uint32_t>(i), name_of);
-  }
+  put_in_file_order(entries_, first, by_offset, *index_);
 }
 
 Trace Trace::parse(std::span<const std::byte> bytes, const std::string& label) {
@@ -523,136 +588,6 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
     // Unknown fields are tolerated: newer writers may add some.
   }
   return m;
-}
-
-// ---- writing ----
-
-namespace {
-
-// The reference serializer's order: dtype descending (enum order), then name.
-std::vector<const NamedTensor*> serialization_order(const std::vector<NamedTensor>& tensors) {
-  std::vector<const NamedTensor*> order;
-  for (const auto& t : tensors) {
-    if (t.name == "__metadata__") fail(t.name, "a tensor cannot be named __metadata__");
-    order.push_back(&t);
-  }
-  std::sort(order.begin(), order.end(), [](const NamedTensor* a, const NamedTensor* b) {
-    if (a->view.dtype != b->view.dtype) return a->view.dtype > b->view.dtype;
-    return a->name < b->name;
-  });
-  for (std::size_t i = 1; i < order.size(); ++i) {
-    if (order[i]->name == order[i - 1]->name && order[i]->view.dtype == order[i - 1]->view.dtype) {
-      fail(order[i]->name, "tensor name given twice");
-    }
-  }
-  return order;
-}
-
-std::string header_for(const std::vector<const NamedTensor*>& order,
-                       const std::map<std::string, std::string>* metadata) {
-  detail::JsonWriter w;
-  w.begin_object();
-  if (metadata) {
-    w.key("__metadata__").begin_object();
-    for (const auto& [k, v] : *metadata) w.key(k).string(v);
-    w.end_object();
-  }
-  std::uint64_t offset = 0;
-  for (const NamedTensor* t : order) {
-    w.key(t->name).begin_object();
-    w.key("dtype").string(name(t->view.dtype));
-    w.key("shape").begin_array();
-    for (auto d : t->view.shape) w.integer(d);
-    w.end_array();
-    const std::uint64_t nb = t->view.nbytes();
-    w.key("data_offsets").begin_array().integer(offset).integer(offset + nb).end_array();
-    offset += nb;
-    w.end_object();
-  }
-  w.end_object();
-  std::string header = w.take();
-  header.append((8 - header.size() % 8) % 8, ' ');
-  return header;
-}
-
-}  // namespace
-
-std::string serialize_header(const std::vector<NamedTensor>& tensors,
-                             const std::map<std::string, std::string>* metadata) {
-  return header_for(serialization_order(tensors), metadata);
-}
-
-namespace {
-
-class TempFile {
- public:
-  explicit TempFile(const std::string& target) : target_(target) {
-    const fs::path p(target);
-    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-    std::string pattern = (dir / ("." + p.filename().string() + ".tmp.XXXXXX")).string();
-    fd_ = ::mkstemp(pattern.data());
-    if (fd_ < 0)
-      fail(target, std::string("cannot create a temporary file: ") + std::strerror(errno));
-    tmp_ = pattern;
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  void write(const void* data, std::size_t n) {
-    const auto* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t k = ::write(fd_, p, n);
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        fail(target_, std::string("write failed: ") + std::strerror(errno));
-      }
-      p += k;
-      n -= static_cast<std::size_t>(k);
-    }
-  }
-  void commit() {
-    if (::fchmod(fd_, 0644) != 0 || ::fsync(fd_) != 0) {
-      fail(target_, std::string("cannot flush: ") + std::strerror(errno));
-    }
-    ::close(fd_);
-    fd_ = -1;
-    if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
-      fail(target_, std::string("cannot rename into place: ") + std::strerror(errno));
-    }
-    committed_ = true;
-  }
-
- private:
-  std::string target_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-}  // namespace
-
-void write_trace(const std::string& path, const std::vector<NamedTensor>& tensors,
-                 const std::map<std::string, std::string>* metadata) {
-  const std::vector<const NamedTensor*> order = serialization_order(tensors);
-  const std::string header = header_for(order, metadata);
-  TempFile out(path);
-  std::uint8_t len[8];
-  std::uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(n >> (8 * i));
-  out.write(len, 8);
-  out.write(header.data(), header.size());
-  for (const NamedTensor* t : order) out.write(t->view.data, t->view.nbytes());
-  out.commit();
-}
-
-void write_file_atomic(const std::string& path, std::string_view content) {
-  if (path == "-") {
-    std::fwrite(content.data(), 1, content.size(), stdout);
-    return;
-  }
-  TempFile out(path);
-  out.write(content.data(), content.size());
-  out.commit();
 }
 
 }  // namespace numalign

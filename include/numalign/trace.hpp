@@ -1,5 +1,5 @@
 // numalign/trace.hpp: traces as safetensors files, read by mmap with the reference parser's
-// validation (and a little more), and written atomically in the reference serializer's layout.
+// validation (and a little more); writing is in trace_writer.hpp, included here.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "numalign/tensor.hpp"
+#include "numalign/trace_writer.hpp"  // the writing side: one include gives both
 
 namespace numalign {
 
@@ -42,11 +43,6 @@ struct TraceEntry {
   std::string name;
   TensorView view;
   std::uint32_t file = 0;  // the file holding it: a position in Trace::files()
-};
-
-struct NamedTensor {
-  std::string name;
-  TensorView view;
 };
 
 class MappedFile;
@@ -92,17 +88,5 @@ class Trace {
   std::map<std::string, std::string> raw_metadata_;
   std::optional<TraceMetadata> metadata_;
 };
-
-// The header bytes the reference serializer would write (padded to 8) for these tensors:
-// ordered by dtype descending then name, offsets back to back, `__metadata__` first.
-std::string serialize_header(const std::vector<NamedTensor>& tensors,
-                             const std::map<std::string, std::string>* metadata);
-// Writes a trace atomically (temporary file in the same folder, fsync, rename).
-// Throws Error naming the path; never leaves a partial file under `path`.
-void write_trace(const std::string& path, const std::vector<NamedTensor>& tensors,
-                 const std::map<std::string, std::string>* metadata = nullptr);
-
-// Writes `content` to `path` atomically (temp + fsync + rename); "-" writes to stdout.
-void write_file_atomic(const std::string& path, std::string_view content);
 
 }  // namespace numalign

@@ -1,5 +1,5 @@
-// trace_test.cpp: write -> read round trips for every dtype, the reference serializer's
-// layout, shards, and one malformed file of each kind with its specific message.
+// trace_test.cpp: shards, entries in data order, and one malformed file of each kind with its
+// specific message (writing and round trips: trace_writer_test.cpp).
 #include "numalign/trace.hpp"
 
 #include <fcntl.h>
@@ -17,24 +17,14 @@
 
 #include "numalign/error.hpp"
 #include "page_populator.hpp"
+#include "temp_dir.hpp"
 
 namespace numalign {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "numalign_test_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 std::vector<std::byte> bytes_of(const std::string& s) {
   std::vector<std::byte> b(s.size());
@@ -48,93 +38,6 @@ std::string file_image(const std::string& header, const std::string& data = "") 
   const std::uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
   return out + header + data;
-}
-
-TEST(TraceWriteTest, HeaderMatchesTheReferenceSerializer) {
-  // The reference's own unit test: F32 [1, 2, 3] named attn.0, no metadata.
-  std::vector<float> values{0, 1, 2, 3, 4, 5};
-  const TensorView v{DType::F32, {1, 2, 3}, reinterpret_cast<const std::byte*>(values.data())};
-  const std::string header = serialize_header({{"attn.0", v}}, nullptr);
-  // 64 bytes: already a multiple of 8, so no padding (the reference's bytes start with 64).
-  EXPECT_EQ(header, R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})");
-  EXPECT_EQ(header.size() % 8, 0u);
-  // Empty with one metadata key, as in the reference's test_empty.
-  const std::map<std::string, std::string> meta{{"framework", "pt"}};
-  EXPECT_EQ(serialize_header({}, &meta),
-            std::string(R"({"__metadata__":{"framework":"pt"}})") + "     ");
-  EXPECT_EQ(serialize_header({}, nullptr), "{}      ");
-}
-
-TEST(TraceWriteTest, EntriesOrderedByDtypeDescendingThenName) {
-  const std::byte data[8] = {};
-  const std::string h = serialize_header({{"b", {DType::U8, {1}, data}},
-                                          {"a", {DType::U8, {1}, data}},
-                                          {"z", {DType::F64, {1}, data}},
-                                          {"m", {DType::BF16, {1}, data}}},
-                                         nullptr);
-  EXPECT_LT(h.find("\"z\""), h.find("\"m\""));
-  EXPECT_LT(h.find("\"m\""), h.find("\"a\""));
-  EXPECT_LT(h.find("\"a\""), h.find("\"b\""));
-  EXPECT_NE(h.find(R"("z":{"dtype":"F64","shape":[1],"data_offsets":[0,8]})"), std::string::npos);
-  EXPECT_NE(h.find(R"("b":{"dtype":"U8","shape":[1],"data_offsets":[11,12]})"), std::string::npos);
-}
-
-TEST(TraceWriteTest, RoundTripOfEveryDtypeAndMetadata) {
-  TempDir dir;
-  std::vector<std::vector<std::byte>> storage;
-  std::vector<NamedTensor> tensors;
-  for (int i = 0; i < kDTypeCount; ++i) {
-    const auto d = static_cast<DType>(i);
-    const std::uint64_t numel = bits(d) < 8 ? 8 : 3;  // packed types fill whole bytes
-    std::vector<std::byte> b(numel * static_cast<std::uint64_t>(bits(d)) / 8);
-    for (std::size_t k = 0; k < b.size(); ++k) b[k] = static_cast<std::byte>(k * 37 + i);
-    storage.push_back(std::move(b));
-    tensors.push_back({"t." + std::string(name(d)), {d, {numel}, storage.back().data()}});
-  }
-  const float scalar = 2.5f;  // a 0-d tensor holds one element
-  tensors.push_back({"scalar", {DType::F32, {}, reinterpret_cast<const std::byte*>(&scalar)}});
-  tensors.push_back({"empty", {DType::F16, {0, 4}, nullptr}});
-  TraceMetadata meta;
-  meta.role = "test";
-  meta.seed = 42;
-  meta.order = {"scalar", "empty"};
-  meta.tf32 = {{"matmul", false}};
-  const std::map<std::string, std::string> header{{kMetadataKey, meta.to_json()}, {"format", "pt"}};
-  const std::string path = dir.file("all.safetensors");
-  write_trace(path, tensors, &header);
-  const Trace t = Trace::open(path);
-  ASSERT_EQ(t.entries().size(), tensors.size());
-  for (const auto& w : tensors) {
-    const TraceEntry* e = t.find(w.name);
-    ASSERT_NE(e, nullptr) << w.name;
-    EXPECT_EQ(e->view.dtype, w.view.dtype);
-    EXPECT_EQ(e->view.shape, w.view.shape);
-    ASSERT_EQ(e->view.nbytes(), w.view.nbytes());
-    if (w.view.nbytes()) {
-      EXPECT_EQ(std::memcmp(e->view.data, w.view.data, w.view.nbytes()), 0) << w.name;
-    }
-  }
-  ASSERT_TRUE(t.metadata());
-  EXPECT_EQ(t.metadata()->role, "test");
-  EXPECT_EQ(t.metadata()->seed, 42);
-  EXPECT_EQ(t.metadata()->order, meta.order);
-  EXPECT_EQ(t.raw_metadata().at("format"), "pt");
-}
-
-TEST(TraceWriteTest, FailedWriteLeavesThePreviousFileIntact) {
-  TempDir dir;
-  const std::string path = dir.file("keep.safetensors");
-  const std::byte data[4] = {};
-  write_trace(path, {{"x", {DType::F32, {1}, data}}}, nullptr);
-  const auto before = fs::file_size(path);
-  // A tensor named __metadata__ is refused before anything is written.
-  EXPECT_THROW(write_trace(path, {{"__metadata__", {DType::F32, {1}, data}}}, nullptr), Error);
-  EXPECT_EQ(fs::file_size(path), before);
-  EXPECT_NO_THROW(Trace::open(path));
-  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
-    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
-        << "temp file left behind";
-  }
 }
 
 TEST(TraceReadTest, ShardsFromADirectoryAndAnIndex) {

@@ -1,0 +1,38 @@
+// atomic_file.hpp: a file written under a temporary name beside its target and renamed
+// into place only once complete, so that a crash never leaves a partial file there.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace numalign::detail {
+
+// The temporary file is created in the target's folder (a rename is atomic only within one
+// file system) as ".<name>.tmp.XXXXXX". Every failure throws Error naming the target.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string target);
+  // Removes the temporary file unless it was committed.
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Appends n bytes (retrying short writes and EINTR).
+  void write(const void* data, std::size_t n);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  // Makes the file readable by all (0644), flushes it to disk and renames it over the target.
+  void commit();
+  // Removes the temporary file now; the target is left as it was.
+  void abort();
+
+  const std::string& target() const { return target_; }
+
+ private:
+  void close_fd();
+  std::string target_, tmp_;
+  int fd_ = -1;
+  bool done_ = false;  // committed or aborted: nothing left to remove
+};
+
+}  // namespace numalign::detail

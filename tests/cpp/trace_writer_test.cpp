@@ -1,0 +1,178 @@
+// trace_writer_test.cpp: the reference serializer's layout, write -> read round trips of every
+// dtype, and atomic writes that leave the previous file whole.
+#include "numalign/trace_writer.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "numalign/error.hpp"
+#include "numalign/trace.hpp"
+#include "temp_dir.hpp"
+
+namespace numalign {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(TraceWriteTest, HeaderMatchesTheReferenceSerializer) {
+  // The reference's own unit test: F32 [1, 2, 3] named attn.0, no metadata.
+  std::vector<float> values{0, 1, 2, 3, 4, 5};
+  const TensorView v{DType::F32, {1, 2, 3}, reinterpret_cast<const std::byte*>(values.data())};
+  const std::string header = serialize_header({{"attn.0", v}}, nullptr);
+  // 64 bytes: already a multiple of 8, so no padding (the reference's bytes start with 64).
+  EXPECT_EQ(header, R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})");
+  EXPECT_EQ(header.size() % 8, 0u);
+  // Empty with one metadata key, as in the reference's test_empty.
+  const std::map<std::string, std::string> meta{{"framework", "pt"}};
+  EXPECT_EQ(serialize_header({}, &meta),
+            std::string(R"({"__metadata__":{"framework":"pt"}})") + "     ");
+  EXPECT_EQ(serialize_header({}, nullptr), "{}      ");
+}
+
+TEST(TraceWriteTest, EntriesOrderedByDtypeDescendingThenName) {
+  const std::byte data[8] = {};
+  const std::string h = serialize_header({{"b", {DType::U8, {1}, data}},
+                                          {"a", {DType::U8, {1}, data}},
+                                          {"z", {DType::F64, {1}, data}},
+                                          {"m", {DType::BF16, {1}, data}}},
+                                         nullptr);
+  EXPECT_LT(h.find("\"z\""), h.find("\"m\""));
+  EXPECT_LT(h.find("\"m\""), h.find("\"a\""));
+  EXPECT_LT(h.find("\"a\""), h.find("\"b\""));
+  EXPECT_NE(h.find(R"("z":{"dtype":"F64","shape":[1],"data_offsets":[0,8]})"), std::string::npos);
+  EXPECT_NE(h.find(R"("b":{"dtype":"U8","shape":[1],"data_offsets":[11,12]})"), std::string::npos);
+}
+
+TEST(TraceWriteTest, RoundTripOfEveryDtypeAndMetadata) {
+  TempDir dir;
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<NamedTensor> tensors;
+  for (int i = 0; i < kDTypeCount; ++i) {
+    const auto d = static_cast<DType>(i);
+    const std::uint64_t numel = bits(d) < 8 ? 8 : 3;  // packed types fill whole bytes
+    std::vector<std::byte> b(numel * static_cast<std::uint64_t>(bits(d)) / 8);
+    for (std::size_t k = 0; k < b.size(); ++k) b[k] = static_cast<std::byte>(k * 37 + i);
+    storage.push_back(std::move(b));
+    tensors.push_back({"t." + std::string(name(d)), {d, {numel}, storage.back().data()}});
+  }
+  const float scalar = 2.5f;  // a 0-d tensor holds one element
+  tensors.push_back({"scalar", {DType::F32, {}, reinterpret_cast<const std::byte*>(&scalar)}});
+  tensors.push_back({"empty", {DType::F16, {0, 4}, nullptr}});
+  TraceMetadata meta;
+  meta.role = "test";
+  meta.seed = 42;
+  meta.order = {"scalar", "empty"};
+  meta.tf32 = {{"matmul", false}};
+  const std::map<std::string, std::string> header{{kMetadataKey, meta.to_json()}, {"format", "pt"}};
+  const std::string path = dir.file("all.safetensors");
+  write_trace(path, tensors, &header);
+  const Trace t = Trace::open(path);
+  ASSERT_EQ(t.entries().size(), tensors.size());
+  for (const auto& w : tensors) {
+    const TraceEntry* e = t.find(w.name);
+    ASSERT_NE(e, nullptr) << w.name;
+    EXPECT_EQ(e->view.dtype, w.view.dtype);
+    EXPECT_EQ(e->view.shape, w.view.shape);
+    ASSERT_EQ(e->view.nbytes(), w.view.nbytes());
+    if (w.view.nbytes()) {
+      EXPECT_EQ(std::memcmp(e->view.data, w.view.data, w.view.nbytes()), 0) << w.name;
+    }
+  }
+  ASSERT_TRUE(t.metadata());
+  EXPECT_EQ(t.metadata()->role, "test");
+  EXPECT_EQ(t.metadata()->seed, 42);
+  EXPECT_EQ(t.metadata()->order, meta.order);
+  EXPECT_EQ(t.raw_metadata().at("format"), "pt");
+}
+
+TEST(TraceWriteTest, FailedWriteLeavesThePreviousFileIntact) {
+  TempDir dir;
+  const std::string path = dir.file("keep.safetensors");
+  const std::byte data[4] = {};
+  write_trace(path, {{"x", {DType::F32, {1}, data}}}, nullptr);
+  const auto before = fs::file_size(path);
+  // A tensor named __metadata__ is refused before anything is written.
+  EXPECT_THROW(write_trace(path, {{"__metadata__", {DType::F32, {1}, data}}}, nullptr), Error);
+  EXPECT_EQ(fs::file_size(path), before);
+  EXPECT_NO_THROW(Trace::open(path));
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+        << "temp file left behind";
+  }
+}
+
+TEST(TraceWriteTest, FileStartsWithTheHeaderLengthAndHoldsTheDataInHeaderOrder) {
+  TempDir dir;
+  const std::uint8_t u8[3] = {7, 8, 9};
+  const double f64 = -1.5;
+  const std::vector<NamedTensor> tensors{
+      {"small", {DType::U8, {3}, reinterpret_cast<const std::byte*>(u8)}},
+      {"wide", {DType::F64, {}, reinterpret_cast<const std::byte*>(&f64)}}};
+  const std::string path = dir.file("t.safetensors");
+  write_trace(path, tensors);
+  const std::string header = serialize_header(tensors, nullptr);
+  const std::string file = read_all(path);
+  ASSERT_EQ(file.size(), 8 + header.size() + 8 + 3);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<std::uint8_t>(file[i]);
+  EXPECT_EQ(n, header.size());
+  EXPECT_EQ(file.substr(8, header.size()), header);
+  // F64 sorts before U8: its 8 bytes come first.
+  double back;
+  std::memcpy(&back, file.data() + 8 + header.size(), 8);
+  EXPECT_EQ(back, f64);
+  EXPECT_EQ(file.substr(8 + header.size() + 8), "\x07\x08\x09");
+}
+
+TEST(TraceWriteTest, ANameGivenTwiceIsRefused) {
+  const std::byte data[4] = {};
+  try {
+    serialize_header({{"x", {DType::F32, {1}, data}}, {"x", {DType::F32, {1}, data}}}, nullptr);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "x");
+    EXPECT_EQ(e.problem(), "tensor name given twice");
+  }
+}
+
+TEST(WriteFileAtomicTest, ReplacesTheWholeFileReadableByAll) {
+  TempDir dir;
+  const std::string path = dir.file("report.txt");
+  write_file_atomic(path, "a longer first version\n");
+  write_file_atomic(path, "short\n");
+  EXPECT_EQ(read_all(path), "short\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename(), "report.txt") << "only the target is left";
+  }
+}
+
+TEST(WriteFileAtomicTest, AMissingFolderIsAnErrorNamingThePath) {
+  TempDir dir;
+  const std::string path = dir.file("no/such/folder/report.txt");
+  try {
+    write_file_atomic(path, "x");
+    FAIL() << "written";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), path);
+    EXPECT_EQ(e.problem().rfind("cannot create a temporary file: ", 0), 0u) << e.problem();
+  }
+}
+
+}  // namespace
+}  // namespace numalign
