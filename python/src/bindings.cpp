@@ -289,6 +289,28 @@ NB_MODULE(_core, m) {
       },
       "summaries"_a, "measured"_a, "rule"_a, "files"_a);
 
+  // trace_model(save_to=): each tensor written as it is produced, the file renamed into
+  // place by close(); the one writer, so its bytes are those of write_trace.
+  nb::class_<TraceStreamWriter>(m, "TraceStreamWriter")
+      .def(nb::init<std::string>(), "path"_a)
+      .def_prop_ro("path", &TraceStreamWriter::path)
+      .def(
+          "add",
+          [](TraceStreamWriter& w, const std::string& name, const PyTensor& t) {
+            const TensorView v = to_view(t, name);
+            nb::gil_scoped_release release;
+            w.add(name, v);
+          },
+          "name"_a, "tensor"_a)
+      .def(
+          "close",
+          [](TraceStreamWriter& w, const std::map<std::string, std::string>& metadata) {
+            nb::gil_scoped_release release;
+            w.close(metadata.empty() ? nullptr : &metadata);
+          },
+          "metadata"_a = std::map<std::string, std::string>{})
+      .def("abort", &TraceStreamWriter::abort);
+
   m.def(
       "write_trace",
       [](const std::string& path, const std::vector<std::tuple<std::string, PyTensor>>& tensors,
