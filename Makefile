@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev libhwy-dev libbenchmark-dev clang-format \
   clang-14 libclang-rt-14-dev chromium
-.PHONY: deps deps-apt deps-python build install-python demo test test-cpp test-sanitize test-python \
+.PHONY: deps deps-apt deps-python build install-python stubs demo test test-cpp test-sanitize test-python \
   build-fuzz fuzz fuzz-smoke bench bench-smoke format format-check clean
 
 deps: deps-apt deps-python
@@ -36,6 +36,10 @@ install-python: build deps-python
 	@$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps . 2>&1 \
 	  | grep -v '^WARNING: Location' || true
 	@$(PY) -c "import numalign" || { echo "the numalign package failed to install"; exit 1; }
+
+# The extension's type stubs, from the installed module (tests/python/test_stubs.py checks them).
+stubs: install-python
+	@$(PY) -m nanobind.stubgen -q -m numalign._core -p python/stubgen-patterns.txt -o python/numalign/_core.pyi
 
 demo: build install-python
 	@$(BUILD)/make_example_traces $(BUILD)/demo
