@@ -183,12 +183,16 @@ NB_MODULE(_core, m) {
       .def_prop_ro("raw_metadata", [](const TraceFile& f) { return f.trace.raw_metadata(); })
       .def("entries", [](nb::handle self) {
         const TraceFile& f = nb::cast<const TraceFile&>(self);
+        // A capsule sharing the mapping owns the views, not `self`: torch never releases what
+        // a tensor alive at exit holds, and a TraceFile kept so reads as a nanobind leak.
+        nb::capsule owner(new Trace(f.trace),
+                          [](void* p) noexcept { delete static_cast<Trace*>(p); });
         nb::list out;
         for (const auto& e : f.trace.entries()) {
           const std::size_t n = e.view.nbytes();
-          // Read-only, zero-copy view into the mapping; `self` keeps it alive.
+          // Read-only, zero-copy view into the mapping; `owner` keeps it alive.
           nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> bytes(
-              reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, self);
+              reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, owner);
           std::vector<std::uint64_t> shape(e.view.shape.begin(), e.view.shape.end());
           out.append(nb::make_tuple(e.name, std::string(name(e.view.dtype)), shape, bytes));
         }
