@@ -219,14 +219,18 @@ NB_MODULE(_core, m) {
       .def_prop_ro("path", [](const PyTrace& t) { return t.trace.path(); })
       .def_prop_ro("raw_metadata", [](const PyTrace& t) { return t.trace.raw_metadata(); })
       .def("__len__", [](const PyTrace& t) { return t.trace.entries().size(); })
-      .def("entries", [](nb::handle self) {
-        const PyTrace& t = nb::cast<const PyTrace&>(self);
+      .def("entries", [](const PyTrace& t) {
+        // A capsule sharing the mapping (and the tensors held) owns the views, not the
+        // Python object: torch never releases what a tensor alive at exit holds, and a Trace
+        // kept so would read as a nanobind leak.
+        nb::capsule owner(new PyTrace(t),
+                          [](void* p) noexcept { delete static_cast<PyTrace*>(p); });
         nb::list out;
         for (const auto& e : t.trace.entries()) {
           const std::size_t n = e.view.nbytes();
-          // Read-only, zero-copy view into the mapping; `self` keeps it alive.
+          // Read-only, zero-copy view into the mapping; `owner` keeps it alive.
           nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> bytes(
-              reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, self);
+              reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, owner);
           std::vector<std::uint64_t> shape(e.view.shape.begin(), e.view.shape.end());
           out.append(nb::make_tuple(e.name, std::string(name(e.view.dtype)), shape, bytes));
         }
