@@ -5,8 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev libhwy-dev libbenchmark-dev clang-format \
   clang-14 libclang-rt-14-dev chromium
-.PHONY: deps deps-apt deps-python build install-python demo test test-cpp test-sanitize test-python \
-  build-fuzz fuzz fuzz-smoke bench bench-smoke format format-check clean
+.PHONY: deps deps-apt deps-python build install-python stubs wheel-check demo test test-cpp test-sanitize \
+  test-python build-fuzz fuzz fuzz-smoke bench bench-smoke format format-check clean
 
 deps: deps-apt deps-python
 
@@ -36,6 +36,14 @@ install-python: build deps-python
 	@$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps . 2>&1 \
 	  | grep -v '^WARNING: Location' || true
 	@$(PY) -c "import numalign" || { echo "the numalign package failed to install"; exit 1; }
+
+# The extension's type stubs, from the installed module (tests/python/test_stubs.py checks them).
+stubs: install-python
+	@$(PY) -m nanobind.stubgen -q -m numalign._core -p python/stubgen-patterns.txt -o python/numalign/_core.pyi
+
+# The wheel carries every library it needs beyond the C/C++ runtime, and runs in a fresh venv.
+wheel-check: deps-apt deps-python
+	@bash tests/packaging/check_wheel.sh $(PY) $(BUILD)/wheel-check
 
 demo: build install-python
 	@$(BUILD)/make_example_traces $(BUILD)/demo
@@ -84,7 +92,7 @@ fuzz-smoke: build-fuzz
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
 
-test: format-check test-cpp test-sanitize fuzz-smoke test-python bench-smoke
+test: format-check test-cpp test-sanitize fuzz-smoke test-python wheel-check bench-smoke
 
 # The benchmark of docs/benchmarks.md: about 15 GB of traces under $(BUILD)/bench/data,
 # 6-20 minutes on 2 cores, depending on the machine. BENCH_ARGS="--scale 0.1" for a quicker look.

@@ -12,6 +12,7 @@
 #include "numalign/consistency.hpp"
 #include "numalign/judge.hpp"
 #include "numalign/metrics.hpp"
+#include "numalign/options.hpp"
 #include "numalign/sensitivity.hpp"
 #include "numalign/trace.hpp"
 #include "numalign/version.hpp"
@@ -57,53 +58,89 @@ class Progress {
   int last_ = -1;
 };
 
-struct CommonOptions {
-  std::vector<std::string> rules;
-  std::string policy;
-  std::vector<std::string> only;
+// Options of the report-writing commands.
+struct OutputOptions {
   std::string format = "text";
   std::string output = "-";
   bool verbose = false;
   bool no_progress = false;
-  int threads = 0;
 };
 
-void add_output_options(CLI::App* cmd, CommonOptions& c) {
-  cmd->add_option("--only", c.only, "judge only tensors matching this glob (repeatable)");
-  cmd->add_option("--format", c.format, "report format")
+void add_output_options(CLI::App* cmd, JudgeArguments& args, OutputOptions& out) {
+  cmd->add_option("--only", args.only, "judge only tensors matching this glob (repeatable)");
+  cmd->add_option("--format", out.format, "report format")
       ->check(CLI::IsMember({"text", "json", "junit", "html"}))
       ->capture_default_str();
-  cmd->add_option("-o,--output", c.output, "write the report here (atomically) instead of stdout");
-  cmd->add_flag("-v,--verbose", c.verbose, "list every tensor with its reason");
-  cmd->add_flag("--no-progress", c.no_progress, "never draw a progress bar");
-  cmd->add_option("--threads", c.threads, "threads (default: all cores)");
+  cmd->add_option("-o,--output", out.output,
+                  "write the report here (atomically) instead of stdout");
+  cmd->add_flag("-v,--verbose", out.verbose, "list every tensor with its reason");
+  cmd->add_flag("--no-progress", out.no_progress, "never draw a progress bar");
+  cmd->add_option("--threads", args.threads, "threads (default: all cores)");
 }
 
 // Commands whose output is a table in text or JSON (sensitivity, consistent).
-void add_table_options(CLI::App* cmd, CommonOptions& c) {
-  cmd->add_option("--only", c.only, "only tensors matching this glob (repeatable)");
-  cmd->add_option("--format", c.format, "report format")
+void add_table_options(CLI::App* cmd, JudgeArguments& args, OutputOptions& out) {
+  cmd->add_option("--only", args.only, "only tensors matching this glob (repeatable)");
+  cmd->add_option("--format", out.format, "report format")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  cmd->add_option("-o,--output", c.output, "write it here (atomically) instead of stdout");
-  cmd->add_option("--threads", c.threads, "threads (default: all cores)");
+  cmd->add_option("-o,--output", out.output, "write it here (atomically) instead of stdout");
+  cmd->add_option("--threads", args.threads, "threads (default: all cores)");
 }
 
-// "GLOB=SPEC" sets an override, a bare "SPEC" the default rule.
-void apply_rules(const std::vector<std::string>& rules, JudgeOptions& o) {
-  for (const auto& r : rules) {
-    const auto eq = r.find('=');
-    if (eq == std::string::npos) {
-      o.default_rule = parse_rule(r, "--rule");
-    } else {
-      if (eq == 0) fail("--rule", "'" + r + "': empty glob before '='");
-      o.overrides.push_back(
-          {r.substr(0, eq), parse_rule(r.substr(eq + 1), "--rule"), "", "--rule"});
-    }
-  }
+// The traces and rule options of judge and sensitivity. Each option the user gives
+// overrides the policy file; one not given leaves the policy's value (resolve_options).
+struct TraceArguments {
+  std::string test, ref, truth;
+  std::vector<std::string> rules;
+};
+
+void add_judge_options(CLI::App* cmd, TraceArguments& traces, JudgeArguments& args) {
+  cmd->add_option("test", traces.test, "trace of the implementation under test")->required();
+  cmd->add_option("ref", traces.ref, "trace of the reference implementation")->required();
+  cmd->add_option("truth", traces.truth, "float64 truth trace (needed by the rmse rule)");
+  cmd->add_option("--rule", traces.rules,
+                  "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X (repeatable)");
+  cmd->add_option("--policy", args.policy_path, "JSON policy file of overrides with reasons");
+  cmd->add_option("--tol", args.tol, "tolerance of same() (fast path, tol/10 slack; default 1e-4)");
+  auto flag = [&](const char* name, std::optional<bool>& field, const char* help) {
+    cmd->add_flag_callback(
+        name, [&field] { field = true; }, help);
+  };
+  flag("--equal-nan", args.equal_nan, "NaN equals NaN");
+  flag("--check-bias", args.check_bias, "fail tensors with biased rounding");
+  flag("--larger-multiplier-for-small", args.larger_multiplier_for_small,
+       "same()'s use_larger_multiplier_for_smaller_tensor");
+  flag("--force-max-multiplier", args.force_max_multiplier,
+       "same()'s force_max_multiplier (multiplier 10)");
 }
 
-int emit(const Report& report, const CommonOptions& c) {
+void add_rule_arguments(const std::vector<std::string>& rules, JudgeArguments& args) {
+  for (const auto& r : rules) args.rules.push_back(parse_rule_argument(r, "--rule"));
+}
+
+// The three headers parse at once (a header can list tens of thousands of tensors); errors
+// still surface in argument order, as a sequential open would report them.
+struct OpenedTraces {
+  Trace test, ref;
+  std::optional<Trace> truth;
+  const Trace* truth_or_null() const { return truth ? &*truth : nullptr; }
+};
+
+OpenedTraces open_traces(const std::string& test, const std::string& ref,
+                         const std::string& truth) {
+  auto opening = [](const std::string& path) {
+    return std::async(std::launch::async, [path] { return Trace::open(path); });
+  };
+  auto test_opening = opening(test), ref_opening = opening(ref);
+  std::optional<std::future<Trace>> truth_opening;
+  if (!truth.empty()) truth_opening = opening(truth);
+  OpenedTraces t{test_opening.get(), ref_opening.get(), std::nullopt};
+  if (truth_opening) t.truth = truth_opening->get();
+  return t;
+}
+
+int emit(const Report& report, const OutputOptions& c) {
   std::string text = c.format == "json"    ? render_json(report)
                      : c.format == "junit" ? render_junit(report)
                      : c.format == "html"  ? render_html(report)
@@ -204,6 +241,39 @@ int pack(const std::string& in, const std::string& out) {
   return kAligned;
 }
 
+// Options resolve before any file is read: a bad option is reported first.
+int run_judge(const JudgeOptions& options, const std::string& test, const std::string& ref,
+              const std::string& truth, const OutputOptions& out) {
+  const OpenedTraces t = open_traces(test, ref, truth);
+  Progress progress(!out.no_progress);
+  const Report report = judge(t.test, t.ref, t.truth_or_null(), options, progress.callback());
+  return emit(report, out);
+}
+
+int run_sensitivity(const TraceArguments& traces, const JudgeArguments& args,
+                    const SensitivityOptions& sopt, const OutputOptions& out) {
+  const JudgeOptions options = resolve_options(args);
+  const OpenedTraces t = open_traces(traces.test, traces.ref, traces.truth);
+  const Sensitivity s = sensitivity(t.test, t.ref, t.truth_or_null(), options, sopt);
+  write_file_atomic(out.output,
+                    out.format == "json" ? render_sensitivity_json(s) : render_sensitivity_text(s));
+  return kAligned;
+}
+
+int run_consistent(const std::vector<std::string>& files, const std::string& rule_spec,
+                   const JudgeArguments& args, const OutputOptions& out) {
+  const Rule rule = parse_rule(rule_spec, "--rule");
+  std::vector<Trace> traces;
+  for (const auto& f : files) traces.push_back(Trace::open(f));
+  std::vector<const Trace*> ranks;
+  for (const auto& t : traces) ranks.push_back(&t);
+  const ConsistencyReport report =
+      check_consistent(ranks, files, rule, args.only, args.threads.value_or(0));
+  write_file_atomic(out.output, out.format == "json" ? render_consistency_json(report)
+                                                     : render_consistency_text(report));
+  return report.consistent() ? kAligned : kNotAligned;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,39 +285,22 @@ int main(int argc, char** argv) {
                                         " (SIMD: " + numalign::simd_target() + ")");
   app.require_subcommand(1);
 
-  CommonOptions common;
-  JudgeOptions options;
-  std::string test, ref, truth;
-  // judge and sensitivity take the same traces and rule options.
-  auto add_judge_options = [&](CLI::App* cmd) {
-    cmd->add_option("test", test, "trace of the implementation under test")->required();
-    cmd->add_option("ref", ref, "trace of the reference implementation")->required();
-    cmd->add_option("truth", truth, "float64 truth trace (needed by the rmse rule)");
-    cmd->add_option("--rule", common.rules,
-                    "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X (repeatable)");
-    cmd->add_option("--policy", common.policy, "JSON policy file of overrides with reasons");
-    cmd->add_option("--tol", options.tol, "tolerance of same() (fast path, tol/10 slack)")
-        ->capture_default_str();
-    cmd->add_flag("--equal-nan", options.equal_nan, "NaN equals NaN");
-    cmd->add_flag("--check-bias", options.check_bias, "fail tensors with biased rounding");
-    cmd->add_flag("--larger-multiplier-for-small", options.larger_multiplier_for_small,
-                  "same()'s use_larger_multiplier_for_smaller_tensor");
-    cmd->add_flag("--force-max-multiplier", options.force_max_multiplier,
-                  "same()'s force_max_multiplier (multiplier 10)");
-  };
+  JudgeArguments args;
+  OutputOptions out;
+  TraceArguments traces;
   auto* judge_cmd = app.add_subcommand("judge", "judge TEST against REF, measured against TRUTH");
-  add_judge_options(judge_cmd);
-  add_output_options(judge_cmd, common);
+  add_judge_options(judge_cmd, traces, args);
+  add_output_options(judge_cmd, args, out);
 
   SensitivityOptions sensitivity_options;
   auto* sensitivity_cmd = app.add_subcommand(
       "sensitivity", "plant known bugs in a copy of TEST: would the rule catch them?");
-  add_judge_options(sensitivity_cmd);
+  add_judge_options(sensitivity_cmd, traces, args);
   sensitivity_cmd
       ->add_option("--terms", sensitivity_options.reduction_terms,
                    "K of the dropped reduction term (a term is rms(truth) / sqrt(K))")
       ->capture_default_str();
-  add_table_options(sensitivity_cmd, common);
+  add_table_options(sensitivity_cmd, args, out);
 
   std::string a, b;
   std::string compare_rule = "exact";
@@ -255,7 +308,7 @@ int main(int argc, char** argv) {
   compare_cmd->add_option("a", a, "first trace (taken as test)")->required();
   compare_cmd->add_option("b", b, "second trace (taken as ref)")->required();
   compare_cmd->add_option("--rule", compare_rule, "ulp:K, exact or abs:X")->capture_default_str();
-  add_output_options(compare_cmd, common);
+  add_output_options(compare_cmd, args, out);
 
   std::vector<std::string> consistent_files;
   std::string consistent_rule = "exact";
@@ -265,7 +318,7 @@ int main(int argc, char** argv) {
       ->required()
       ->expected(2, -1);
   consistent_cmd->add_option("--rule", consistent_rule, "exact or ulp:K")->capture_default_str();
-  add_table_options(consistent_cmd, common);
+  add_table_options(consistent_cmd, args, out);
 
   std::string inspect_path;
   auto* inspect_cmd =
@@ -294,63 +347,24 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kCouldNotJudge;
   }
   try {
-    if (*consistent_cmd) {
-      const Rule rule = parse_rule(consistent_rule, "--rule");
-      std::vector<Trace> traces;
-      for (const auto& f : consistent_files) traces.push_back(Trace::open(f));
-      std::vector<const Trace*> ranks;
-      for (const auto& t : traces) ranks.push_back(&t);
-      const ConsistencyReport report =
-          check_consistent(ranks, consistent_files, rule, common.only, common.threads);
-      write_file_atomic(common.output, common.format == "json" ? render_consistency_json(report)
-                                                               : render_consistency_text(report));
-      return report.consistent() ? kAligned : kNotAligned;
-    }
+    if (*consistent_cmd) return run_consistent(consistent_files, consistent_rule, args, out);
     if (*sensitivity_cmd) {
-      if (!common.policy.empty()) load_policy(common.policy, options);
-      apply_rules(common.rules, options);
-      options.threads = common.threads;
-      check_override_reasons(options);
-      const Trace test_trace = Trace::open(test), ref_trace = Trace::open(ref);
-      std::optional<Trace> truth_trace;
-      if (!truth.empty()) truth_trace = Trace::open(truth);
-      const Sensitivity s = sensitivity(
-          pair_tensors(test_trace, ref_trace, truth_trace ? &*truth_trace : nullptr, common.only),
-          options, sensitivity_options);
-      write_file_atomic(common.output, common.format == "json" ? render_sensitivity_json(s)
-                                                               : render_sensitivity_text(s));
-      return kAligned;
+      add_rule_arguments(traces.rules, args);
+      return run_sensitivity(traces, args, sensitivity_options, out);
     }
-    if (*judge_cmd || *compare_cmd) {
-      if (*compare_cmd) {
-        options.default_rule = parse_rule(compare_rule, "--rule");
-        if (options.default_rule.kind == RuleKind::kRmse) {
-          fail("--rule", "compare has no truth: use ulp:K, exact or abs:X (or judge with a truth)");
-        }
-        test = a;
-        ref = b;
+    if (*judge_cmd) {
+      add_rule_arguments(traces.rules, args);
+      args.magnitude_profile = out.format == "html";  // the page charts it
+      return run_judge(resolve_options(args), traces.test, traces.ref, traces.truth, out);
+    }
+    if (*compare_cmd) {
+      const Rule rule = parse_rule(compare_rule, "--rule");
+      if (rule.kind == RuleKind::kRmse) {
+        fail("--rule", "compare has no truth: use ulp:K, exact or abs:X (or judge with a truth)");
       }
-      if (!common.policy.empty()) load_policy(common.policy, options);
-      apply_rules(common.rules, options);
-      options.threads = common.threads;
-      options.magnitude_profile = common.format == "html";  // the page charts it
-      check_override_reasons(options);
-      // The three headers parse at once (a header can list tens of thousands of tensors);
-      // errors still surface in argument order, as a sequential open would report them.
-      auto opening = [](const std::string& path) {
-        return std::async(std::launch::async, [path] { return Trace::open(path); });
-      };
-      auto test_opening = opening(test), ref_opening = opening(ref);
-      std::optional<std::future<Trace>> truth_opening;
-      if (!truth.empty()) truth_opening = opening(truth);
-      const Trace test_trace = test_opening.get();
-      const Trace ref_trace = ref_opening.get();
-      std::optional<Trace> truth_trace;
-      if (truth_opening) truth_trace = truth_opening->get();
-      Progress progress(!common.no_progress);
-      Report report = judge(test_trace, ref_trace, truth_trace ? &*truth_trace : nullptr, options,
-                            common.only, progress.callback());
-      return emit(report, common);
+      args.rules.push_back({"", compare_rule, ""});
+      args.magnitude_profile = out.format == "html";
+      return run_judge(resolve_options(args), a, b, "", out);
     }
     if (*inspect_cmd) return inspect(inspect_path);
     if (*dump_cmd) return dump(dump_path, dump_tensor, dump_limit);

@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "numalign/error.hpp"
 
@@ -44,6 +46,29 @@ void AtomicFile::write(const void* data, std::size_t n) {
     }
     p += k;
     n -= static_cast<std::size_t>(k);
+  }
+}
+
+void AtomicFile::append_from(int fd, std::uint64_t offset, std::uint64_t n) {
+  auto at = static_cast<off_t>(offset);
+  while (n > 0) {
+    const ssize_t k = ::copy_file_range(fd, &at, fd_, nullptr, n, 0);
+    if (k > 0) {
+      n -= static_cast<std::uint64_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0) fail(target_, "the data to copy ended early");
+    break;  // not supported between these files: copy through a buffer
+  }
+  std::vector<char> buffer(std::min<std::uint64_t>(n, 1 << 20));
+  while (n > 0) {
+    const ssize_t k = ::pread(fd, buffer.data(), std::min<std::uint64_t>(n, buffer.size()), at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) fail(target_, std::string("cannot read the data to copy: ") + std::strerror(errno));
+    write(buffer.data(), static_cast<std::size_t>(k));
+    at += k;
+    n -= static_cast<std::uint64_t>(k);
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,9 @@ class AtomicFile {
   // Appends n bytes (retrying short writes and EINTR).
   void write(const void* data, std::size_t n);
   void write(std::string_view s) { write(s.data(), s.size()); }
+  // Appends n bytes of the open file `fd` from `offset`, copied in the kernel where the file
+  // systems allow it (copy_file_range), else through a small buffer.
+  void append_from(int fd, std::uint64_t offset, std::uint64_t n);
   // Makes the file readable by all (0644), flushes it to disk and renames it over the target.
   void commit();
   // Removes the temporary file now; the target is left as it was.

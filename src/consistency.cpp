@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "format.hpp"
@@ -27,76 +29,130 @@ std::uint64_t first_differing(const TensorView& a, const TensorView& b) {
   return static_cast<std::uint64_t>(pa - a.data) / es;
 }
 
-}  // namespace
-
-ConsistencyReport check_consistent(const std::vector<const Trace*>& ranks,
-                                   const std::vector<std::string>& files, const Rule& rule,
-                                   const std::vector<std::string>& only, int threads) {
+void check_rule(const Rule& rule) {
   if (rule.kind != RuleKind::kExact && rule.kind != RuleKind::kUlp) {
     fail("--rule", "consistent takes exact or ulp:K, not " + rule.spec());
   }
+}
+
+bool same_bytes(const TensorView& a, const TensorView& b) {
+  return std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+// The difference of two tensors of one dtype and shape that are not bitwise equal, from
+// their metrics.
+RankDifference difference_of(const TensorView& mine, const TensorView& rank0, std::size_t rank,
+                             const Metrics& m) {
+  RankDifference d;
+  d.rank = rank;
+  d.elements_differ = m.bits_differ;
+  d.first_index = first_differing(mine, rank0);
+  const std::size_t es = element_size(mine.dtype);
+  d.value = to_double(mine.dtype, mine.data + d.first_index * es);
+  d.rank0_value = to_double(rank0.dtype, rank0.data + d.first_index * es);
+  d.max_ulp = m.floating ? m.ulp.max : static_cast<std::uint64_t>(m.max_abs_ref);
+  d.ulp_inf = m.floating && m.ulp.any_inf;
+  return d;
+}
+
+std::optional<RankDifference> uncomparable(const TensorView& v, std::size_t rank) {
+  if (is_judgeable(v.dtype)) return std::nullopt;
+  RankDifference d;
+  d.rank = rank;
+  d.problem = "dtype " + std::string(name(v.dtype)) + " cannot be compared yet";
+  return d;
+}
+
+// Where a rank's summary of a tensor disagrees with rank 0's by dtype or shape.
+std::string mismatch(const RankTensorSummary& mine, const RankTensorSummary& rank0) {
+  if (mine.dtype != rank0.dtype) {
+    return "dtype " + std::string(name(mine.dtype)) + ", rank 0 has " +
+           std::string(name(rank0.dtype));
+  }
+  if (mine.shape != rank0.shape) {
+    return "shape " + format_shape(mine.shape) + ", rank 0 has " + format_shape(rank0.shape);
+  }
+  return "";
+}
+
+using SummaryIndex = std::unordered_map<std::string_view, const RankTensorSummary*>;
+
+SummaryIndex index_of(const std::vector<RankTensorSummary>& rank) {
+  SummaryIndex index;
+  index.reserve(rank.size());
+  for (const auto& s : rank) index.emplace(s.name, &s);
+  return index;
+}
+
+}  // namespace
+
+std::vector<std::string> tensors_to_compare(
+    const std::vector<std::vector<RankTensorSummary>>& ranks) {
+  std::vector<std::string> names;
+  if (ranks.empty()) return names;
+  std::vector<SummaryIndex> indexes;
+  for (std::size_t r = 1; r < ranks.size(); ++r) indexes.push_back(index_of(ranks[r]));
+  for (const auto& s : ranks[0]) {
+    const bool differs = std::any_of(indexes.begin(), indexes.end(), [&](const SummaryIndex& i) {
+      const auto it = i.find(s.name);
+      return it != i.end() && mismatch(*it->second, s).empty() && it->second->digest != s.digest;
+    });
+    if (differs) names.push_back(s.name);
+  }
+  return names;
+}
+
+std::optional<RankDifference> compare_with_rank0(const TensorView& mine, const TensorView& rank0,
+                                                 std::size_t rank, int threads) {
+  if (mine.dtype != rank0.dtype || mine.shape != rank0.shape) {
+    fail("rank " + std::to_string(rank), "compared with rank 0's tensor of another dtype or shape");
+  }
+  if (same_bytes(mine, rank0)) return std::nullopt;
+  if (auto d = uncomparable(mine, rank)) return d;
+  MetricOptions mo;
+  mo.tol = 0;
+  const std::vector<MetricsInput> input{{&mine, &rank0, nullptr}};
+  const std::vector<Metrics> m = compute_metrics(input, mo, threads);
+  return difference_of(mine, rank0, rank, m.front());
+}
+
+ConsistencyReport consistency_report(const std::vector<std::vector<RankTensorSummary>>& ranks,
+                                     const std::vector<MeasuredDifference>& measured,
+                                     const Rule& rule, std::vector<std::string> files) {
+  check_rule(rule);
   if (ranks.size() < 2) fail("consistent", "needs the traces of at least two ranks");
   ConsistencyReport report;
   report.rule = rule.spec();
-  report.files = files;
-  auto selected = [&](const std::string& n) {
-    return only.empty() || std::any_of(only.begin(), only.end(),
-                                       [&](const std::string& g) { return glob_match(g, n); });
-  };
-  // Every (tensor, rank) pair that can be compared goes through one fused pass.
-  std::vector<MetricsInput> inputs;
-  std::vector<std::pair<std::size_t, std::size_t>> input_of;  // (tensor, index in differing)
-  for (const auto& e : ranks[0]->entries()) {
-    if (!selected(e.name)) continue;
-    TensorConsistency t{e.name, e.view.shape, true, {}};
+  report.files = std::move(files);
+  std::map<std::pair<std::string_view, std::size_t>, const RankDifference*> found;
+  for (const auto& m : measured) found[{m.name, m.difference.rank}] = &m.difference;
+  std::vector<SummaryIndex> indexes;
+  for (const auto& rank : ranks) indexes.push_back(index_of(rank));
+  for (const auto& s : ranks[0]) {
+    TensorConsistency t{s.name, s.shape, true, {}};
     for (std::size_t r = 1; r < ranks.size(); ++r) {
-      const TraceEntry* other = ranks[r]->find(e.name);
+      const auto other = indexes[r].find(s.name);
       RankDifference d;
       d.rank = r;
-      if (!other) {
+      if (other == indexes[r].end()) {
         d.problem = "missing";
-      } else if (other->view.dtype != e.view.dtype) {
-        d.problem = "dtype " + std::string(name(other->view.dtype)) + ", rank 0 has " +
-                    std::string(name(e.view.dtype));
-      } else if (other->view.shape != e.view.shape) {
-        d.problem = "shape " + format_shape(other->view.shape) + ", rank 0 has " +
-                    format_shape(e.view.shape);
-      } else if (!is_judgeable(e.view.dtype)) {
-        d.problem = "dtype " + std::string(name(e.view.dtype)) + " cannot be compared yet";
-      } else if (std::memcmp(other->view.data, e.view.data, e.view.nbytes()) == 0) {
-        continue;  // bitwise equal: nothing to measure
-      } else {
-        input_of.emplace_back(report.tensors.size(), t.differing.size());
-        inputs.push_back({&other->view, &e.view, nullptr});
+      } else if (d.problem = mismatch(*other->second, s); d.problem.empty()) {
+        const auto it = found.find({s.name, r});
+        if (it == found.end()) continue;  // equal
+        d = *it->second;
       }
       t.differing.push_back(std::move(d));
     }
     report.tensors.push_back(std::move(t));
   }
   for (std::size_t r = 1; r < ranks.size(); ++r) {
-    for (const auto& e : ranks[r]->entries()) {
-      if (selected(e.name) && !ranks[0]->find(e.name)) {
-        RankDifference d;
-        d.rank = r;
-        d.problem = "only on this rank, not on rank 0";
-        report.tensors.push_back({e.name, e.view.shape, false, {d}});
-      }
+    for (const auto& s : ranks[r]) {
+      if (indexes[0].count(s.name)) continue;
+      RankDifference d;
+      d.rank = r;
+      d.problem = "only on this rank, not on rank 0";
+      report.tensors.push_back({s.name, s.shape, false, {d}});
     }
-  }
-  MetricOptions mo;
-  mo.tol = 0;
-  const std::vector<Metrics> metrics = compute_metrics(inputs, mo, threads);
-  for (std::size_t k = 0; k < inputs.size(); ++k) {
-    const auto [ti, di] = input_of[k];
-    RankDifference& d = report.tensors[ti].differing[di];
-    const Metrics& m = metrics[k];
-    d.elements_differ = m.bits_differ;
-    d.first_index = first_differing(*inputs[k].test, *inputs[k].ref);
-    const std::size_t es = element_size(inputs[k].test->dtype);
-    d.value = to_double(inputs[k].test->dtype, inputs[k].test->data + d.first_index * es);
-    d.rank0_value = to_double(inputs[k].ref->dtype, inputs[k].ref->data + d.first_index * es);
-    d.max_ulp = m.floating ? m.ulp.max : static_cast<std::uint64_t>(m.max_abs_ref);
-    d.ulp_inf = m.floating && m.ulp.any_inf;
   }
   // Within ulp:K the rank agrees: it is dropped from the differing list.
   for (auto& t : report.tensors) {
@@ -109,6 +165,51 @@ ConsistencyReport check_consistent(const std::vector<const Trace*>& ranks,
   std::stable_partition(report.tensors.begin(), report.tensors.end(),
                         [](const TensorConsistency& t) { return !t.consistent; });
   return report;
+}
+
+ConsistencyReport check_consistent(const std::vector<const Trace*>& ranks,
+                                   const std::vector<std::string>& files, const Rule& rule,
+                                   const std::vector<std::string>& only, int threads) {
+  check_rule(rule);
+  auto selected = [&](const std::string& n) {
+    return only.empty() || std::any_of(only.begin(), only.end(),
+                                       [&](const std::string& g) { return glob_match(g, n); });
+  };
+  std::vector<std::vector<RankTensorSummary>> summaries(ranks.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    for (const auto& e : ranks[r]->entries()) {
+      if (selected(e.name)) summaries[r].push_back({e.name, e.view.dtype, e.view.shape, ""});
+    }
+  }
+  // Every (tensor, rank) pair whose bytes differ goes through one fused pass.
+  std::vector<MeasuredDifference> measured;
+  std::vector<MetricsInput> inputs;
+  std::vector<std::pair<std::size_t, std::size_t>> measured_of;  // (index in measured, rank)
+  for (const auto& e : ranks[0]->entries()) {
+    if (!selected(e.name)) continue;
+    for (std::size_t r = 1; r < ranks.size(); ++r) {
+      const TraceEntry* other = ranks[r]->find(e.name);
+      if (!other || other->view.dtype != e.view.dtype || other->view.shape != e.view.shape ||
+          same_bytes(other->view, e.view)) {
+        continue;
+      }
+      if (auto d = uncomparable(e.view, r)) {
+        measured.push_back({e.name, std::move(*d)});
+        continue;
+      }
+      measured_of.emplace_back(measured.size(), r);
+      measured.push_back({e.name, RankDifference{}});
+      inputs.push_back({&other->view, &e.view, nullptr});
+    }
+  }
+  MetricOptions mo;
+  mo.tol = 0;
+  const std::vector<Metrics> metrics = compute_metrics(inputs, mo, threads);
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const auto [at, rank] = measured_of[k];
+    measured[at].difference = difference_of(*inputs[k].test, *inputs[k].ref, rank, metrics[k]);
+  }
+  return consistency_report(summaries, measured, rule, files);
 }
 
 namespace {

@@ -2,6 +2,8 @@
 // in execution order, and whether its inputs were still aligned, says where to look.
 #include "numalign/divergence.hpp"
 
+#include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 namespace numalign {
@@ -62,6 +64,60 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
   d.backward = first_failing("grad-output", "grad", any_backward);
   if (!any_forward && !any_backward) return std::nullopt;
   return d;
+}
+
+}  // namespace numalign
+
+namespace numalign {
+
+namespace {
+
+// How wrong a tensor is for the ranking: could-not-judge first, then ratio / limit (the
+// ratio itself where the limit is 0, as for exact), passes without a ratio last.
+double ranking_severity(const TensorResult& r) {
+  if (r.verdict == VerdictKind::kError) return std::numeric_limits<double>::infinity();
+  if (!r.ratio) return 0.0;
+  return r.limit && *r.limit != 0 ? *r.ratio / *r.limit : *r.ratio;
+}
+
+}  // namespace
+
+std::vector<ModuleRank> rank_modules(const Report& report) {
+  struct Entry {
+    ModuleRank rank;
+    double severity = -1.0;
+  };
+  std::vector<Entry> entries;
+  std::unordered_map<std::string, std::size_t> at;
+  for (const auto& r : report.tensors) {
+    const auto tag = r.tags.find("module");
+    const std::string module = tag == r.tags.end() ? "" : tag->second;
+    auto [it, added] = at.emplace(module, entries.size());
+    if (added) entries.push_back({ModuleRank{module, r.name, r.ratio, r.limit, true}, -1.0});
+    Entry& e = entries[it->second];
+    e.rank.aligned = e.rank.aligned && r.verdict == VerdictKind::kPass;
+    const double s = ranking_severity(r);
+    if (s > e.severity) {
+      e.severity = s;
+      e.rank.tensor = r.name;
+      e.rank.ratio = r.ratio;
+      e.rank.limit = r.limit;
+    }
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.severity > b.severity; });
+  std::vector<ModuleRank> ranked;
+  ranked.reserve(entries.size());
+  for (auto& e : entries) ranked.push_back(std::move(e.rank));
+  return ranked;
+}
+
+std::optional<std::string> first_failing(const Report& report) {
+  const TensorResult* first = nullptr;
+  for (const auto& r : report.tensors) {
+    if (r.verdict != VerdictKind::kPass && (!first || r.order < first->order)) first = &r;
+  }
+  return first ? std::optional(first->name) : std::nullopt;
 }
 
 }  // namespace numalign

@@ -239,9 +239,31 @@ std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, cons
   return triples;
 }
 
+namespace {
+
+// One line per run read from a file; none for runs held in memory (a front end's tensors).
+std::string title_of(const Trace& test, const Trace& ref, const Trace* truth) {
+  if (test.path().empty() && ref.path().empty() && (!truth || truth->path().empty())) return "";
+  auto label = [](const Trace* t) {
+    return !t ? std::string("(none)") : t->path().empty() ? std::string("(in memory)") : t->path();
+  };
+  return "test:  " + label(&test) + "\nref:   " + label(&ref) + "\ntruth: " + label(truth);
+}
+
+void adopt_tags(const TraceMetadata& ref, Report& report) {
+  if (ref.tags.empty()) return;
+  for (auto& r : report.tensors) {
+    if (const auto it = ref.tags.find(r.name); it != ref.tags.end()) {
+      r.tags.insert(it->second.begin(), it->second.end());
+    }
+  }
+}
+
+}  // namespace
+
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
-             const std::vector<std::string>& only, const ProgressFn& progress) {
-  const std::vector<TensorTriple> triples = pair_tensors(test, ref, truth, only);
+             const ProgressFn& progress) {
+  const std::vector<TensorTriple> triples = pair_tensors(test, ref, truth, options.only);
   std::vector<std::span<const std::byte>> mapped = test.mappings();
   for (const Trace* t : {&ref, truth}) {
     if (!t) continue;
@@ -249,8 +271,7 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
     mapped.insert(mapped.end(), more.begin(), more.end());
   }
   Report report = judge_tensors(triples, options, progress, mapped);
-  report.title = "test:  " + test.path() + "\nref:   " + ref.path() +
-                 "\ntruth: " + (truth ? truth->path() : std::string("(none)"));
+  report.title = title_of(test, ref, truth);
   if (truth) {
     std::size_t missing = 0;
     for (const auto& t : triples) missing += t.ref && !t.truth;
@@ -259,12 +280,19 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
                                 " tensor(s) of ref are missing from truth");
     }
   }
-  if (only.size() && triples.empty()) {
+  if (options.only.size() && triples.empty()) {
     report.warnings.push_back("no tensor of ref matches --only");
   }
   auto meta = [](const Trace* t) { return t && t->metadata() ? &*t->metadata() : nullptr; };
   add_metadata_warnings(meta(&test), meta(&ref), meta(truth), report);
-  if (ref.metadata()) report.first_divergence = find_first_divergence(*ref.metadata(), report);
+  if (ref.metadata()) {
+    adopt_tags(*ref.metadata(), report);
+    if (!options.sections.module_ranking) {
+      report.first_divergence = find_first_divergence(*ref.metadata(), report);
+    }
+  }
+  if (options.sections.module_ranking) report.ranking = rank_modules(report);
+  if (options.sections.first_failing) report.first_failing = first_failing(report);
   return report;
 }
 

@@ -30,6 +30,36 @@ double severity(const TensorResult& r) {
   return ratio > 0 ? std::numeric_limits<double>::infinity() : 0.0;
 }
 
+std::vector<TagGroup> group_by_tags(const Report& report, const std::vector<std::string>& keys) {
+  std::vector<const TensorResult*> in_order;
+  in_order.reserve(report.tensors.size());
+  for (const auto& r : report.tensors) in_order.push_back(&r);
+  std::stable_sort(
+      in_order.begin(), in_order.end(),
+      [](const TensorResult* a, const TensorResult* b) { return a->order < b->order; });
+  std::vector<TagGroup> groups;
+  std::map<std::vector<std::string>, std::size_t> at;
+  for (const TensorResult* r : in_order) {
+    std::vector<std::string> values;
+    for (const auto& k : keys) {
+      const auto v = r->tags.find(k);
+      values.push_back(v == r->tags.end() ? "" : v->second);
+    }
+    auto [it, added] = at.emplace(values, groups.size());
+    if (added) {
+      groups.emplace_back();
+      groups.back().values = std::move(values);
+    }
+    TagGroup& g = groups[it->second];
+    ++g.tensors;
+    ++(r->verdict == VerdictKind::kPass   ? g.passed
+       : r->verdict == VerdictKind::kFail ? g.failed
+                                          : g.errors);
+    if (r->ratio) g.max_ratio = g.max_ratio ? std::max(*g.max_ratio, *r->ratio) : *r->ratio;
+  }
+  return groups;
+}
+
 const TensorResult* Report::worst() const {
   const TensorResult* w = nullptr;
   for (const auto& r : tensors) {
@@ -159,8 +189,23 @@ std::string divergence_text(const FirstDivergence& d) {
   return divergence_line("forward", d.forward) + divergence_line("backward", d.backward);
 }
 
+// "modules in isolation ...": the ranking, worst first, ahead of everything else.
+std::string ranking_text(const std::vector<ModuleRank>& ranking) {
+  std::string out = "modules in isolation (each on the truth's inputs), worst first:\n";
+  for (std::size_t i = 0; i < ranking.size(); ++i) {
+    const ModuleRank& m = ranking[i];
+    out += pad_left(std::to_string(i + 1), 5) + ". " + fit(m.aligned ? "pass" : "FAIL", 4) + "  " +
+           (m.module.empty() ? "(model)" : printable(m.module)) + "  ratio " + opt_number(m.ratio) +
+           " / limit " + opt_number(m.limit) + "  (" + printable(m.tensor) + ")\n";
+  }
+  return out + "\n";
+}
+
 std::string render_text(const Report& report, bool verbose) {
   std::string out;
+  if (report.first_failing)
+    out += "first tensor that differs: " + printable(*report.first_failing) + "\n\n";
+  if (!report.ranking.empty()) out += ranking_text(report.ranking);
   out += "numalign judge\n";
   std::size_t start = 0;
   while (start < report.title.size()) {  // one line per trace
@@ -398,6 +443,20 @@ std::string render_json(const Report& report) {
     }
     w.end_object();
   }
+  if (!report.ranking.empty()) {
+    w.key("ranking").begin_array();
+    for (const auto& m : report.ranking) {
+      w.begin_object();
+      w.key("module").string(m.module);
+      w.key("tensor").string(m.tensor);
+      write_optional(w, "ratio", m.ratio);
+      write_optional(w, "limit", m.limit);
+      w.key("aligned").boolean(m.aligned);
+      w.end_object();
+    }
+    w.end_array();
+  }
+  if (report.first_failing) w.key("first_failing").string(*report.first_failing);
   w.key("tensors").begin_array();
   for (const auto& r : report.tensors) write_tensor(w, r);
   w.end_array();

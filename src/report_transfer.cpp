@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <type_traits>
 
 #include "numalign/version.hpp"
@@ -17,7 +18,7 @@ static_assert(std::endian::native == std::endian::little,
               "the report encoding copies integers in the machine's byte order");
 
 // A field added to these structs must be added to the encoding too: these sizes trip first.
-static_assert(sizeof(Metrics) == 824 && sizeof(TensorResult) == 1048,
+static_assert(sizeof(Metrics) == 824 && sizeof(TensorResult) == 1096,
               "Metrics or TensorResult changed: update encode_report/decode_report");
 
 constexpr std::string_view kMagic = "numalign-report/" NUMALIGN_VERSION "\n";
@@ -179,6 +180,23 @@ Metrics get_metrics(Reader& r) {
   return m;
 }
 
+void put_map(Writer& w, const std::map<std::string, std::string>& m) {
+  w.put<std::uint64_t>(m.size());
+  for (const auto& [k, v] : m) {
+    w.put(k);
+    w.put(v);
+  }
+}
+
+std::map<std::string, std::string> get_map(Reader& r) {
+  std::map<std::string, std::string> m;
+  for (auto n = r.count(2 * sizeof(std::uint64_t)); n > 0; --n) {
+    std::string k = r.text();
+    m[std::move(k)] = r.text();
+  }
+  return m;
+}
+
 void put_result(Writer& w, const TensorResult& t) {
   w.put(t.name);
   w.put(static_cast<std::uint8_t>(t.verdict));
@@ -194,6 +212,7 @@ void put_result(Writer& w, const TensorResult& t) {
   w.put(t.limit);
   w.put(t.bias_failed);
   w.put<std::uint64_t>(t.order);
+  put_map(w, t.tags);
 }
 
 TensorResult get_result(Reader& r) {
@@ -218,6 +237,7 @@ TensorResult get_result(Reader& r) {
   t.limit = r.optional_number();
   t.bias_failed = r.flag();
   t.order = r.get<std::uint64_t>();
+  t.tags = get_map(r);
   return t;
 }
 
@@ -256,6 +276,15 @@ std::string encode_report(const Report& report) {
     put_point(w, report.first_divergence->forward);
     put_point(w, report.first_divergence->backward);
   }
+  w.put<std::uint64_t>(report.ranking.size());
+  for (const auto& m : report.ranking) {
+    w.put(m.module);
+    w.put(m.tensor);
+    w.put(m.ratio);
+    w.put(m.limit);
+    w.put(m.aligned);
+  }
+  w.put(report.first_failing);
   w.put<std::uint64_t>(report.tensors.size());
   for (const auto& t : report.tensors) put_result(w, t);
   return w.take();
@@ -275,6 +304,15 @@ Report decode_report(std::string_view bytes, const std::string& where) {
     d.backward = get_point(r);
     report.first_divergence = std::move(d);
   }
+  report.ranking.resize(r.count(2 * sizeof(std::uint64_t)));
+  for (auto& m : report.ranking) {
+    m.module = r.text();
+    m.tensor = r.text();
+    m.ratio = r.optional_number();
+    m.limit = r.optional_number();
+    m.aligned = r.flag();
+  }
+  if (r.flag()) report.first_failing = r.text();
   // The smallest encoded result is well above 16 bytes: the count check stays conservative.
   report.tensors.resize(r.count(16));
   for (auto& t : report.tensors) t = get_result(r);
@@ -298,7 +336,7 @@ Report merge_reports(std::vector<ReportPart> parts, std::string title) {
   merged.title = std::move(title);
   if (!parts.empty()) merged.settings = parts.front().report.settings;
   std::size_t order_base = 0;
-  for (auto& [prefix, report] : parts) {
+  for (auto& [prefix, report, part_tags] : parts) {
     // "rank1/" -> "rank1: " ahead of the part's own warnings.
     std::string label = prefix;
     while (!label.empty() && label.back() == '/') label.pop_back();
@@ -317,8 +355,11 @@ Report merge_reports(std::vector<ReportPart> parts, std::string title) {
       if (!merged.first_divergence->backward) merged.first_divergence->backward = d.backward;
     }
     std::size_t part_orders = 0;
+    if (report.first_failing && !merged.first_failing)
+      merged.first_failing = prefix + *report.first_failing;
     for (auto& t : report.tensors) {
       t.name = prefix + t.name;
+      for (const auto& [k, v] : part_tags) t.tags[k] = v;
       part_orders = std::max(part_orders, t.order + 1);
       t.order += order_base;
       merged.tensors.push_back(std::move(t));

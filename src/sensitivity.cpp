@@ -126,6 +126,11 @@ std::vector<PlantedBug> all_planted_bugs() {
           PlantedBug::kTruncation, PlantedBug::kSparseUlp};
 }
 
+Sensitivity sensitivity(const Trace& test, const Trace& ref, const Trace* truth,
+                        const JudgeOptions& options, const SensitivityOptions& sopt) {
+  return sensitivity(pair_tensors(test, ref, truth, options.only), options, sopt);
+}
+
 Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                         const SensitivityOptions& sopt) {
   Sensitivity result;

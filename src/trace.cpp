@@ -369,6 +369,29 @@ Trace Trace::parse(std::span<const std::byte> bytes, const std::string& label) {
   return t;
 }
 
+Trace Trace::from_tensors(std::vector<NamedTensor> tensors,
+                          std::map<std::string, std::string> raw_metadata,
+                          const std::string& label) {
+  Trace t;
+  t.path_ = label;
+  const std::string where = label.empty() ? "tensors" : label;
+  t.entries_.reserve(tensors.size());
+  for (auto& [name, view] : tensors) t.entries_.push_back({std::move(name), std::move(view), 0});
+  t.index_ = std::make_shared<detail::NameIndex>();
+  auto name_of = [&](std::uint32_t i) -> std::string_view { return t.entries_[i].name; };
+  t.index_->reserve(t.entries_.size(), name_of);
+  for (std::size_t i = 0; i < t.entries_.size(); ++i) {
+    if (const auto other = t.index_->insert(static_cast<std::uint32_t>(i), name_of)) {
+      fail(where, tensor_named(t.entries_[*other].name) + " is given twice (names must be unique)");
+    }
+  }
+  if (auto it = raw_metadata.find(kMetadataKey); it != raw_metadata.end()) {
+    t.metadata_ = TraceMetadata::from_json(it->second, where);
+  }
+  t.raw_metadata_ = std::move(raw_metadata);
+  return t;
+}
+
 namespace {
 
 std::vector<std::string> shards_of_index(const std::string& path) {

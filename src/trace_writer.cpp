@@ -1,9 +1,15 @@
 // trace_writer.cpp: traces in the safetensors reference serializer's layout, written atomically.
 #include "numalign/trace_writer.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 #include "atomic_file.hpp"
 #include "json.hpp"
@@ -66,18 +72,87 @@ std::string serialize_header(const std::vector<NamedTensor>& tensors,
   return header_for(serialization_order(tensors), metadata);
 }
 
-void write_trace(const std::string& path, const std::vector<NamedTensor>& tensors,
-                 const std::map<std::string, std::string>* metadata) {
-  const std::vector<const NamedTensor*> order = serialization_order(tensors);
-  const std::string header = header_for(order, metadata);
-  detail::AtomicFile out(path);
+namespace {
+
+void write_frame(detail::AtomicFile& out, const std::string& header) {
   std::uint8_t len[8];
-  std::uint64_t n = header.size();
+  const std::uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(n >> (8 * i));
   out.write(len, 8);
   out.write(header);
+}
+
+}  // namespace
+
+void write_trace(const std::string& path, const std::vector<NamedTensor>& tensors,
+                 const std::map<std::string, std::string>* metadata) {
+  const std::vector<const NamedTensor*> order = serialization_order(tensors);
+  detail::AtomicFile out(path);
+  write_frame(out, header_for(order, metadata));
   for (const NamedTensor* t : order) out.write(t->view.data, t->view.nbytes());
   out.commit();
+}
+
+namespace {
+
+// An unnamed file in `dir`: nothing to clean up, whatever ends the process.
+int unnamed_file(const std::string& dir, const std::string& target) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  std::string pattern = dir + "/.numalign-stream.XXXXXX";  // no O_TMPFILE here: name, unlink
+  fd = ::mkstemp(pattern.data());
+  if (fd < 0) fail(target, std::string("cannot create a side file: ") + std::strerror(errno));
+  ::unlink(pattern.c_str());
+  return fd;
+}
+
+}  // namespace
+
+TraceStreamWriter::TraceStreamWriter(std::string path) : path_(std::move(path)) {
+  namespace fs = std::filesystem;
+  const fs::path p(path_);
+  side_ = unnamed_file(p.has_parent_path() ? p.parent_path().string() : ".", path_);
+}
+
+TraceStreamWriter::~TraceStreamWriter() { abort(); }
+
+void TraceStreamWriter::add(const std::string& name, const TensorView& view) {
+  if (side_ < 0) fail(path_, "the trace is already closed");
+  if (name == "__metadata__") fail(path_, "a tensor cannot be named __metadata__");
+  if (std::any_of(tensors_.begin(), tensors_.end(),
+                  [&](const NamedTensor& t) { return t.name == name; })) {
+    fail(path_, "tensor \"" + name + "\" written twice (names must be unique)");
+  }
+  const auto* p = reinterpret_cast<const char*>(view.data);
+  for (std::uint64_t n = view.nbytes(), at = size_; n > 0;) {
+    const ssize_t k = ::pwrite(side_, p, n, static_cast<off_t>(at));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) fail(path_, std::string("cannot write tensor data: ") + std::strerror(errno));
+    p += k;
+    at += static_cast<std::uint64_t>(k);
+    n -= static_cast<std::uint64_t>(k);
+  }
+  tensors_.push_back({name, TensorView{view.dtype, view.shape, nullptr}});
+  offsets_.push_back(size_);
+  size_ += view.nbytes();
+}
+
+void TraceStreamWriter::close(const std::map<std::string, std::string>* metadata) {
+  if (side_ < 0) fail(path_, "the trace is already closed");
+  const std::vector<const NamedTensor*> order = serialization_order(tensors_);
+  detail::AtomicFile out(path_);
+  write_frame(out, header_for(order, metadata));
+  for (const NamedTensor* t : order) {
+    out.append_from(side_, offsets_[static_cast<std::size_t>(t - tensors_.data())],
+                    t->view.nbytes());
+  }
+  out.commit();
+  abort();  // the side file is done with
+}
+
+void TraceStreamWriter::abort() {
+  if (side_ >= 0) ::close(side_);
+  side_ = -1;
 }
 
 void write_file_atomic(const std::string& path, std::string_view content) {

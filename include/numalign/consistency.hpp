@@ -2,6 +2,7 @@
 // all-reduce step, a broadcast buffer) agree bitwise, or within ulp:K, on every rank.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,39 @@ struct ConsistencyReport {
   std::vector<TensorConsistency> tensors;  // inconsistent first, then rank 0's order
   bool consistent() const;
 };
+
+// What a rank tells the others of one tensor: enough to see which tensors differ without
+// sending them. Equal digests mean equal bytes ("" when the data is compared directly).
+struct RankTensorSummary {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::string digest;
+};
+
+// Names, in rank 0's order, of the tensors some rank holds with rank 0's dtype and shape but
+// another digest: the tensors rank 0 must send for an element-by-element comparison.
+std::vector<std::string> tensors_to_compare(
+    const std::vector<std::vector<RankTensorSummary>>& ranks);
+
+// How `mine` (rank `rank`'s tensor) differs from rank 0's (same dtype and shape); nullopt
+// when they are bitwise equal.
+std::optional<RankDifference> compare_with_rank0(const TensorView& mine, const TensorView& rank0,
+                                                 std::size_t rank, int threads = 0);
+
+// A difference measured on a rank, for the tensor `name`.
+struct MeasuredDifference {
+  std::string name;
+  RankDifference difference;
+};
+
+// The report from every rank's summaries (rank 0 first) and the differences measured:
+// missing tensors, dtype and shape mismatches and tensors only on some rank come from the
+// summaries; ranks within ulp:K are dropped; inconsistent tensors first, then rank 0's
+// order. `rule` is exact or ulp:K (anything else throws Error).
+ConsistencyReport consistency_report(const std::vector<std::vector<RankTensorSummary>>& ranks,
+                                     const std::vector<MeasuredDifference>& measured,
+                                     const Rule& rule, std::vector<std::string> files);
 
 // Compares every tensor of each rank with rank 0's (ranks[0]); `rule` is exact or ulp:K
 // (anything else throws Error). Tensors not on every rank are inconsistent.

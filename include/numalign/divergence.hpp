@@ -14,4 +14,11 @@ namespace numalign {
 std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
                                                      const Report& report);
 
+// Modules by their own worst ratio / limit (could-not-judge first), from each tensor's
+// "module" tag: for runs where every module ran on the truth's inputs (isolation).
+std::vector<ModuleRank> rank_modules(const Report& report);
+
+// The first tensor in execution order whose verdict is not pass; empty when all pass.
+std::optional<std::string> first_failing(const Report& report);
+
 }  // namespace numalign

@@ -35,14 +35,16 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
 void add_metadata_warnings(const TraceMetadata* test, const TraceMetadata* ref,
                            const TraceMetadata* truth, Report& report);
 
-// Judges every tensor of ref (or those matching one of `only`, when given) against the
-// same-named tensors of test and truth, adding warnings the traces' metadata reveals.
 // The tensors of ref (in its execution order when recorded, else file order) with their
 // namesakes in test and truth, then test's tensors that ref lacks; `only`: globs of names.
 std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, const Trace* truth,
                                        const std::vector<std::string>& only = {});
 
+// The one entry point of every front end (CLI, Python): pairs the runs' tensors (those of
+// ref matching options.only), judges them in one pass, adds the warnings their pairing
+// and metadata reveal, the reference's tags, the first divergence and the sections asked
+// for. Runs are files (Trace::open) or tensors in memory (Trace::from_tensors).
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
-             const std::vector<std::string>& only = {}, const ProgressFn& progress = {});
+             const ProgressFn& progress = {});
 
 }  // namespace numalign

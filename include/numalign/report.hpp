@@ -2,6 +2,7 @@
 // first, passes in trace order) and the text, JSON and JUnit renderings.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,8 @@ struct TensorResult {
   std::optional<double> ratio, limit;
   bool bias_failed = false;
   std::size_t order = 0;  // position in the reference trace
+  // The reference trace's tags of this tensor (module, kind, ...; "rank" once merged).
+  std::map<std::string, std::string> tags;
 };
 
 // Where a run first goes wrong, in one direction of execution (forward or backward).
@@ -43,6 +46,14 @@ struct FirstDivergence {
   std::optional<DivergencePoint> forward, backward;  // empty: nothing fails that way
 };
 
+// A module's own worst tensor when every module ran on the truth's inputs (isolation).
+struct ModuleRank {
+  std::string module;  // "" for the model itself
+  std::string tensor;  // its worst tensor
+  std::optional<double> ratio, limit;
+  bool aligned = true;  // every tensor of the module passes
+};
+
 struct Report {
   std::string title;     // "test.safetensors vs ref.safetensors (truth: truth.safetensors)"
   std::string settings;  // "rule rmse, tol 1e-04"
@@ -50,6 +61,10 @@ struct Report {
   std::vector<std::string> warnings;
   // Present when the reference trace records modules and execution order.
   std::optional<FirstDivergence> first_divergence;
+  // Modules by their own worst ratio / limit, worst first (ReportSections::module_ranking).
+  std::vector<ModuleRank> ranking;
+  // The first tensor in execution order that does not pass (ReportSections::first_failing).
+  std::optional<std::string> first_failing;
 
   std::size_t count(VerdictKind k) const;
   bool aligned() const { return count(VerdictKind::kFail) == 0 && count(VerdictKind::kError) == 0; }
@@ -58,6 +73,15 @@ struct Report {
   const TensorResult* worst() const;
   void sort();  // errors, then failures by ratio/limit descending, then passes by order
 };
+
+// Verdicts counted per value of the tensors' tags (e.g. {"path", "m"}): groups in the order
+// their first tensor comes in execution order; untagged tensors count under "" values.
+struct TagGroup {
+  std::vector<std::string> values;  // one per key
+  std::size_t tensors = 0, passed = 0, failed = 0, errors = 0;
+  std::optional<double> max_ratio;
+};
+std::vector<TagGroup> group_by_tags(const Report& report, const std::vector<std::string>& keys);
 
 // ratio / limit, the number failures are sorted by (inf when the limit is 0 and ratio > 0).
 double severity(const TensorResult& r);

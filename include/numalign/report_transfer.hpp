@@ -3,6 +3,7 @@
 // and merges them into one report, ordered as any other.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,10 +22,12 @@ Report decode_report(std::string_view bytes, const std::string& where = "report"
 
 // One report of several: each part's tensor names get its prefix ("rank1/"), as do its
 // warnings and first divergence; passes keep their order part by part; failures sort
-// worst first across all parts. Parts judged with different settings get a warning.
+// worst first across all parts; each tensor gains its part's tags. Parts judged with different
+// settings get a warning.
 struct ReportPart {
   std::string prefix;
   Report report;
+  std::map<std::string, std::string> tags;  // added to each of its tensors (e.g. "rank")
 };
 Report merge_reports(std::vector<ReportPart> parts, std::string title);
 

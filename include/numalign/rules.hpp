@@ -34,6 +34,16 @@ struct Override {
 
 bool glob_match(std::string_view pattern, std::string_view name);
 
+// Report sections that depend on how the runs were made, asked for by the front end that
+// made them.
+struct ReportSections {
+  // Every module ran on the truth's inputs to it (capture.isolate): rank modules by their own
+  // worst ratio / limit. No first divergence then: no module saw another's output.
+  bool module_ranking = false;
+  // Name the first tensor, in ref's execution order, that does not pass (check_resume).
+  bool first_failing = false;
+};
+
 struct JudgeOptions {
   double tol = 1e-4;  // same()'s tol: allclose fast path and the tol/10 slack
   bool equal_nan = false;
@@ -44,6 +54,8 @@ struct JudgeOptions {
   std::vector<Override> overrides;           // later entries win
   int threads = 0;                           // 0: all cores
   bool magnitude_profile = false;            // bin the error by magnitude (HTML report)
+  std::vector<std::string> only;             // globs of the ref tensors to judge (empty: all)
+  ReportSections sections;
 };
 
 // Reads a policy file (JSON) into options: {"default": SPEC, "tol": X, "check_bias": B,

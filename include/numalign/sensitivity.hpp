@@ -44,6 +44,10 @@ std::vector<PlantedBug> all_planted_bugs();
 Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                         const SensitivityOptions& sopt = {});
 
+// The runs' tensors paired as judge() pairs them (options.only included).
+Sensitivity sensitivity(const Trace& test, const Trace& ref, const Trace* truth,
+                        const JudgeOptions& options, const SensitivityOptions& sopt = {});
+
 std::string render_sensitivity_text(const Sensitivity& s);
 std::string render_sensitivity_json(const Sensitivity& s);
 

@@ -57,6 +57,12 @@ class Trace {
   static Trace open(const std::string& path);
   // Parses bytes already in memory (not copied: they must outlive the Trace).
   static Trace parse(std::span<const std::byte> bytes, const std::string& label);
+  // A run held in memory (a front end's tensors): the views are not copied and must outlive
+  // the Trace; `raw_metadata` as a file's __metadata__ (our key parsed). `label` is its
+  // path in reports ("" for none). Throws Error on a name given twice.
+  static Trace from_tensors(std::vector<NamedTensor> tensors,
+                            std::map<std::string, std::string> raw_metadata,
+                            const std::string& label = "");
 
   const std::string& path() const { return path_; }
   // In file order (data offsets); for shards, shard by shard.

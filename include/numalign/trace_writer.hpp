@@ -2,6 +2,7 @@
 // serializer's layout, and other files written atomically.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -24,6 +25,32 @@ std::string serialize_header(const std::vector<NamedTensor>& tensors,
 // Throws Error naming the path; never leaves a partial file under `path`.
 void write_trace(const std::string& path, const std::vector<NamedTensor>& tensors,
                  const std::map<std::string, std::string>* metadata = nullptr);
+
+// A trace written one tensor at a time (a model's capture), so that no tensor is held
+// longer than it takes to write it: data goes to an unnamed side file beside `path` as
+// tensors arrive (it vanishes with the process, whatever ends it); close() writes the header
+// and the data, in the reference serializer's order, to a temporary file renamed over `path`.
+// Until then, and after abort() or an error, `path` is left as it was.
+class TraceStreamWriter {
+ public:
+  explicit TraceStreamWriter(std::string path);
+  ~TraceStreamWriter();
+  TraceStreamWriter(const TraceStreamWriter&) = delete;
+  TraceStreamWriter& operator=(const TraceStreamWriter&) = delete;
+
+  // Appends the tensor's bytes; throws Error on a name given twice or named __metadata__.
+  void add(const std::string& name, const TensorView& view);
+  void close(const std::map<std::string, std::string>* metadata = nullptr);
+  void abort();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int side_ = -1;
+  std::vector<NamedTensor> tensors_;  // views without data: where each lies is offsets_
+  std::vector<std::uint64_t> offsets_;
+  std::uint64_t size_ = 0;
+};
 
 // Writes `content` to `path` atomically (temp + fsync + rename); "-" writes to stdout.
 void write_file_atomic(const std::string& path, std::string_view content);

@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
+import os
 
 import torch
 
-from ._stream import StreamingTraceWriter
-from ._tensors import flatten
+from . import _core
+from ._tensors import flatten, to_core
 from .trace import METADATA_KEY, Trace
 
 
@@ -35,7 +36,7 @@ class ModuleRecorder:
             globs = [globs]
         self._modules = [(path, m) for path, m in model.named_modules()
                          if path and (globs is None or any(fnmatch.fnmatchcase(path, g) for g in globs))]
-        self._writer = StreamingTraceWriter(save_to) if save_to is not None else None
+        self._writer = _core.TraceStreamWriter(os.fspath(save_to)) if save_to is not None else None
         self._tensors = {}
         self.order, self.tags, self.inputs = [], {}, {}
         self._calls = {}           # path -> forward calls so far
@@ -49,7 +50,7 @@ class ModuleRecorder:
             raise ValueError(f"tensor {name!r} recorded twice")
         t = tensor.detach()
         if self._writer is not None:
-            self._writer.add(name, t)
+            self._writer.add(name, to_core(t, name))
         else:
             self._tensors[name] = t.clone()  # later in-place updates must not change it
         self.order.append(name)

@@ -3,6 +3,7 @@ no copy for contiguous CPU data; nested outputs flattened to dotted names."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -57,6 +58,16 @@ def to_core(x, name: str):
     raise TypeError(f"{name!r}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
+def fingerprint(t) -> str:
+    """A hash of a tensor's dtype, shape and bytes: equal tensors give equal fingerprints
+    (the inputs of runs in trace metadata; replicated tensors across ranks)."""
+    t = t.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return "sha256:" + h.hexdigest()[:32]
+
+
 def torch_dtype(code: str):
     if torch is None:
         raise ImportError("torch is needed to turn trace entries into tensors")
@@ -94,16 +105,11 @@ def _join(prefix, key):
 
 
 def _flatten_into(obj, prefix, out):
-    from .trace import Trace
-
     if obj is None:
         return
     if is_tensor(obj):
         out[prefix or "output"] = obj
-    elif isinstance(obj, Trace):
-        for k in obj.keys():
-            out[_join(prefix, k)] = obj[k]
-    elif isinstance(obj, Mapping):  # dict, OrderedDict, ModelOutput
+    elif isinstance(obj, Mapping):  # dict, OrderedDict, ModelOutput, Trace
         for k, v in obj.items():
             _flatten_into(v, _join(prefix, k), out)
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple

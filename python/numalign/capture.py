@@ -2,69 +2,14 @@
 outputs, input grads and parameter grads as a Trace, so truth / ref / test runs line up."""
 from __future__ import annotations
 
-import contextlib
-import copy
-import hashlib
 import platform
 
 import torch
 
-from ._tensors import flatten, map_tensors
+from ._runs import _as_args, _cast, _forward_backward, _module_copy, tf32_off
+from ._tensors import fingerprint, flatten
+from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
-
-
-def fingerprint(t: torch.Tensor) -> str:
-    """A hash of a tensor's dtype, shape and bytes: equal inputs give equal fingerprints."""
-    t = t.detach().cpu().contiguous()
-    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
-    if t.numel():
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return "sha256:" + h.hexdigest()[:32]
-
-
-@contextlib.contextmanager
-def tf32_off():
-    """TF32 off for matmul and cuDNN during the run, restored after, even on exceptions."""
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-        torch.backends.cudnn.allow_tf32 = cudnn
-
-
-def _cast(x, dtype, device):
-    def leaf(t):
-        y = t.detach().to(device)
-        if y.is_floating_point():
-            y = y.to(dtype)
-        return y.requires_grad_(y.is_floating_point())
-    return map_tensors(x, leaf)
-
-
-def _upstream_grad(out: torch.Tensor, name: str, seed: int) -> torch.Tensor:
-    """A fixed random gradient per output, drawn in float64 from (seed, name) and cast, so
-    every precision's run receives the same one."""
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2 ** 63 - 1))
-    return torch.randn(out.shape, dtype=torch.float64, generator=g).to(out.dtype).to(out.device)
-
-
-def _as_args(inputs):
-    return inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
-
-
-def _module_copy(module, dtype, device):
-    """A deep copy of ``module`` with its floating parameters cast: the caller's model is
-    left untouched."""
-    copied = copy.deepcopy(module).to(device)
-    for p in copied.parameters():
-        if p.is_floating_point():
-            p.data = p.data.to(dtype)
-    copied.zero_grad(set_to_none=True)
-    return copied
 
 
 def _prepare(fn, inputs, dtype, device):
@@ -77,17 +22,6 @@ def _prepare(fn, inputs, dtype, device):
         fingerprints.update({f"param.{name}": fingerprint(p) for name, p in fn.named_parameters()})
         module = fn = _module_copy(fn, dtype, device)
     return fn, module, _cast(inputs_list, dtype, device), fingerprints
-
-
-def _forward_backward(call, args, seed):
-    """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}."""
-    result = call(**args) if isinstance(args, dict) else call(*args)
-    outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
-    grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
-    if grads_for:
-        torch.autograd.backward([o for _, o in grads_for],
-                                [_upstream_grad(o, n, seed) for n, o in grads_for])
-    return outputs
 
 
 def _end_grads(args, module):
@@ -169,8 +103,3 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
         recorder.abort()
         raise
     return recorder.finish(metadata)
-
-
-# isolate() lives in isolation.py (it judges); imported here so users find it next to
-# trace_model. At the end: isolation.py imports this module's helpers.
-from .isolation import isolate  # noqa: E402,F401

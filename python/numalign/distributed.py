@@ -4,10 +4,9 @@ tensor's data moves only when it must be compared element by element."""
 from __future__ import annotations
 
 import gc
-import hashlib
+import json
 import os
 import pickle
-import re
 import socket
 import tempfile
 import time
@@ -18,7 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from . import _core
-from ._tensors import flatten
+from ._tensors import fingerprint, flatten, to_core, torch_dtype
 from .report import Report
 from .trace import Trace
 
@@ -41,25 +40,18 @@ def judge(test, ref, truth=None, *, group=None, on_all_ranks=False, **options):
     from .api import judge as judge_here
 
     rank, world = _rank_world(group)
-    local = judge_here(test, ref, truth, **options)
-    mine = (local._core, local.tags)
+    local = judge_here(test, ref, truth, **options)._core
     if on_all_ranks:
         parts = [None] * world
-        dist.all_gather_object(parts, mine, group=group)
+        dist.all_gather_object(parts, local, group=group)
     else:
         parts = [None] * world if rank == 0 else None
-        dist.gather_object(mine, parts, dst=_rank0(group), group=group)
+        dist.gather_object(local, parts, dst=_rank0(group), group=group)
         if rank != 0:
             return None
-    merged = Report(_core.merge_reports([(f"rank{r}/", core) for r, (core, _) in enumerate(parts)],
-                                        f"{world} ranks, each judged on its own tensors"))
-    tags = {}
-    for t in merged.tensors:  # every tensor gets its rank, tagged in the trace or not
-        prefix, _, name = t["name"].partition("/")
-        r = int(prefix[len("rank"):])
-        tags[t["name"]] = {**parts[r][1].get(name, {}), "rank": str(r)}
-    merged.tags = tags
-    return merged
+    return Report(_core.merge_reports([(f"rank{r}/", core, {"rank": str(r)})
+                                       for r, core in enumerate(parts)],
+                                      f"{world} ranks, each judged on its own tensors"))
 
 
 def _free_port():
@@ -141,80 +133,36 @@ def save(trace, path, group=None) -> str:
     return out
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The elements as unsigned integers of their width, for bitwise comparison."""
-    t = t.detach().cpu().contiguous().reshape(-1)
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.view(width)
-
-
-def _digest(t: torch.Tensor) -> str:
-    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
-    if t.numel():
-        h.update(_bits(t).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
 def check_consistent(tensors, rule: str = "exact", group=None) -> dict:
     """On every rank of ``group``: do the tensors that must be replicated (a dict, a module's
     state, any nested structure) agree with rank 0's, bitwise (``"exact"``) or within
     ``"ulp:K"``? Returns, on every rank, the same dict as ``numalign consistent
-    --format json``: ``{"consistent", "rule", "tensors": [{"name", "consistent",
-    "differing": [{"rank", "elements_differ", "first_index", "value", "rank0_value",
-    "max_ulp"} or {"rank", "problem"}]}]}``, inconsistent tensors first."""
-    from .api import judge
-
-    if not re.fullmatch(r"exact|ulp:\d+", rule):
+    --format json`` (its ``files`` are ``"rank N"``): ``{"consistent", "rule", "files",
+    "tensors": [{"name", "consistent", "differing": [{"rank", "elements_differ",
+    "first_index", "value", "rank0_value", "max_ulp"} or {"rank", "problem"}]}]}``,
+    inconsistent tensors first. Only fingerprints and findings travel, and the tensors some
+    rank holds differently; the core measures and writes the report."""
+    if _core.rule_kind(rule, "check_consistent") not in ("exact", "ulp"):
         raise ValueError(f"rule {rule!r}: check_consistent takes 'exact' or 'ulp:K'")
     rank, world = _rank_world(group)
-    mine = {n: t for n, t in flatten(tensors).items() if isinstance(t, torch.Tensor)}
-    # Round 1: names, dtypes, shapes and digests, all small.
-    summary = {n: (str(t.dtype), tuple(t.shape), _digest(t)) for n, t in mine.items()}
+    mine = {n: t.detach().cpu() for n, t in flatten(tensors).items() if isinstance(t, torch.Tensor)}
+    # Round 1: names, dtypes, shapes and fingerprints, all small.
+    summary = [(n, to_core(t, n)[0], list(t.shape), fingerprint(t)) for n, t in mine.items()]
     summaries = [None] * world
     dist.all_gather_object(summaries, summary, group=group)
-    names = list(summaries[0])
-    # Round 2: rank 0 sends the tensors some rank holds differently (same dtype and shape).
-    to_compare = [n for n in names if any(
-        n in s and s[n] != summaries[0][n] and s[n][:2] == summaries[0][n][:2] for s in summaries[1:])]
-    results = {}
-    for n in to_compare:
-        ref = mine[n].detach().cpu().contiguous().clone() if rank == 0 else torch.empty(
-            summaries[0][n][1], dtype=getattr(torch, summaries[0][n][0].replace("torch.", "")))
+    # Round 2: rank 0 sends the tensors some rank holds differently; each such rank measures.
+    rank0 = {n: (dtype, shape) for n, dtype, shape, _ in summaries[0]}
+    measured = []
+    for n in _core.tensors_to_compare(summaries):
+        ref = mine[n].contiguous().clone() if rank == 0 else torch.empty(
+            rank0[n][1], dtype=torch_dtype(rank0[n][0]))
         dist.broadcast(ref, src=_rank0(group), group=group)
-        if rank == 0 or n not in mine or summary[n] == summaries[0][n]:
-            continue
-        local = mine[n].detach().cpu()
-        differ = (_bits(local) != _bits(ref)).nonzero()
-        first = int(differ[0]) if len(differ) else 0
-        # The core measures the ULP distance; the rule, given as an override with its
-        # reason, also covers a loosened ulp:K.
-        r = judge({n: local}, {n: ref}, rules={"*": (rule, "replicated across ranks")})[n]
-        results[n] = {"rank": rank, "elements_differ": len(differ),
-                      "first_index": _core.format_index(list(local.shape), first),
-                      "value": local.reshape(-1)[first].item(),
-                      "rank0_value": ref.reshape(-1)[first].item(), "max_ulp": r["max_ulp"],
-                      "within_rule": r["verdict"] == "pass" and rule != "exact"}
-    # Round 3: every rank's findings, gathered (small).
+        if rank != 0 and n in mine:
+            d = _core.compare_with_rank0(to_core(mine[n], n), to_core(ref, n), rank, n)
+            if d is not None:
+                measured.append((n, d))
+    # Round 3: every rank's findings, gathered (small); the report is built the same everywhere.
     findings = [None] * world
-    dist.all_gather_object(findings, results, group=group)
-    report = []
-    for n in names + sorted({m for s in summaries[1:] for m in s} - set(names)):
-        differing = []
-        for r in range(1, world):
-            s = summaries[r]
-            if n not in summaries[0]:
-                if n in s:
-                    differing.append({"rank": r, "problem": "only on this rank, not on rank 0"})
-            elif n not in s:
-                differing.append({"rank": r, "problem": "missing"})
-            elif s[n][0] != summaries[0][n][0]:
-                differing.append({"rank": r, "problem": f"dtype {s[n][0]}, rank 0 has {summaries[0][n][0]}"})
-            elif s[n][1] != summaries[0][n][1]:
-                differing.append({"rank": r, "problem": f"shape {list(s[n][1])}, rank 0 has {list(summaries[0][n][1])}"})
-            elif n in findings[r] and not findings[r][n]["within_rule"]:
-                d = dict(findings[r][n])
-                del d["within_rule"]
-                differing.append(d)
-        report.append({"name": n, "consistent": not differing, "differing": differing})
-    report.sort(key=lambda t: t["consistent"])  # stable: inconsistent first, order kept
-    return {"consistent": all(t["consistent"] for t in report), "rule": rule, "tensors": report}
+    dist.all_gather_object(findings, measured, group=group)
+    return json.loads(_core.consistency_report(summaries, [m for f in findings for m in f], rule,
+                                               [f"rank {r}" for r in range(world)]))

@@ -10,8 +10,8 @@ import fnmatch
 import torch
 
 from ._module_hooks import _tensors_of
-from .api import judge
-from .capture import _as_args, _cast, _forward_backward, _module_copy, tf32_off
+from ._runs import _as_args, _cast, _forward_backward, _module_copy, tf32_off
+from .api import _judge
 from .report import Report
 from .trace import Trace
 
@@ -112,29 +112,8 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
         for role, model, role_dtype in (("truth", model_ref, torch.float64), ("ref", model_ref, dtype),
                                         ("test", model_test, dtype)):
             tensors, tags = _run_isolated(model, calls, role_dtype, device)
-            # No module tags in the metadata: a first divergence means nothing here, where
-            # no module sees another's output.
             runs[role] = Trace(tensors, metadata={"dtype_recipe": str(role_dtype).replace("torch.", ""),
-                                                  "order": list(tensors)})
-    report = judge(runs["test"], runs["ref"], runs["truth"], **judge_options)
-    report.ranking = _rank(report, tags)
-    return report
-
-
-def _rank(report, tags):
-    """[{"module", "tensor", "ratio", "limit", "aligned"}], worst ratio / limit first."""
-    worst = {}
-    for t in report.tensors:
-        path = tags.get(t["name"], {}).get("module", "")
-        ratio, limit = t.get("ratio"), t.get("limit")
-        severity = float("inf") if t["verdict"] == "error" else (
-            (ratio / limit) if ratio is not None and limit else (ratio or 0.0))
-        entry = worst.setdefault(path, {"module": path, "tensor": t["name"], "ratio": ratio,
-                                        "limit": limit, "aligned": True, "_severity": -1.0})
-        entry["aligned"] = entry["aligned"] and t["verdict"] == "pass"
-        if severity > entry["_severity"]:
-            entry.update(tensor=t["name"], ratio=ratio, limit=limit, _severity=severity)
-    ranked = sorted(worst.values(), key=lambda e: -e["_severity"])
-    for e in ranked:
-        del e["_severity"]
-    return ranked
+                                                  "order": list(tensors), "tags": tags})
+    # No first divergence here, where no module sees another's output: the core ranks the
+    # modules by their own worst tensor instead.
+    return _judge(runs["test"], runs["ref"], runs["truth"], module_ranking=True, **judge_options)

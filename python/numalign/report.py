@@ -11,12 +11,6 @@ class Report:
     def __init__(self, core):
         self._core = core
         self._parsed = None
-        # Set by capture.isolate(): modules by their own worst ratio / limit, worst first.
-        self.ranking = None
-        # The reference trace's tags per tensor (set by judge()), for by_tag().
-        self.tags = {}
-        # Set by training.check_resume(): the first tensor, in state order, that differs.
-        self.first_differing = None
 
     @property
     def _data(self) -> dict:
@@ -55,23 +49,24 @@ class Report:
         """One dict per tensor (JSON field names), failures first."""
         return self._data["tensors"]
 
+    @property
+    def ranking(self):
+        """For ``capture.isolate``: ``[{"module", "tensor", "ratio", "limit", "aligned"}]``,
+        modules by their own worst ratio / limit, worst first; None otherwise."""
+        return self._data.get("ranking")
+
+    @property
+    def first_differing(self):
+        """For ``training.check_resume``: the first tensor, in state order, that differs."""
+        return self._data.get("first_failing")
+
     def by_tag(self, *keys) -> dict:
         """Verdicts summarised by the reference trace's tags: ``{(value, ...): {"tensors",
         "passed", "failed", "errors", "max_ratio"}}`` for the tag ``keys`` (e.g. ``"path",
-        "m"``), in the order the tags first appear; untagged tensors under ``("",) * n``."""
-        results = {t["name"]: t for t in self.tensors}
-        groups = {}
-        names = [n for n in self.tags if n in results] + [n for n in results if n not in self.tags]
-        for name in names:
-            t, tag = results[name], self.tags.get(name, {})
-            g = groups.setdefault(tuple(str(tag.get(k, "")) for k in keys),
-                                  {"tensors": 0, "passed": 0, "failed": 0, "errors": 0,
-                                   "max_ratio": None})
-            g["tensors"] += 1
-            g[{"pass": "passed", "fail": "failed"}.get(t["verdict"], "errors")] += 1
-            if t.get("ratio") is not None:
-                g["max_ratio"] = t["ratio"] if g["max_ratio"] is None else max(g["max_ratio"], t["ratio"])
-        return groups
+        "m"``), in execution order; untagged tensors under ``("",) * n``."""
+        return {tuple(values): {"tensors": n, "passed": passed, "failed": failed,
+                                "errors": errors, "max_ratio": max_ratio}
+                for values, n, passed, failed, errors, max_ratio in self._core.by_tag(list(keys))}
 
     def __getitem__(self, name: str) -> dict:
         for t in self.tensors:
@@ -97,20 +92,7 @@ class Report:
         return self._core.text(verbose)
 
     def __str__(self) -> str:
-        head = f"first tensor that differs: {self.first_differing}\n\n" if self.first_differing else ""
-        return head + self._ranking_text() + self._core.text(False)
-
-    def _ranking_text(self) -> str:
-        if not self.ranking:
-            return ""
-        lines = ["modules in isolation (each on the truth's inputs), worst first:"]
-        for i, e in enumerate(self.ranking, 1):
-            ratio = "-" if e["ratio"] is None else f"{e['ratio']:.4g}"
-            limit = "-" if e["limit"] is None else f"{e['limit']:.4g}"
-            verdict = "pass" if e["aligned"] else "FAIL"
-            lines.append(f"  {i:>3}. {verdict:<4}  {e['module'] or '(model)'}  ratio {ratio} / "
-                         f"limit {limit}  ({e['tensor']})")
-        return "\n".join(lines) + "\n\n"
+        return self._core.text(False)
 
     def __repr__(self) -> str:
         s = self.summary

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from . import _core
 from ._tensors import flatten, to_core, torch_dtype
 
-METADATA_KEY = "numalign"
+METADATA_KEY = _core.METADATA_KEY  # our JSON's key inside the header's __metadata__
 
 
 class Trace(Mapping):
@@ -20,19 +20,32 @@ class Trace(Mapping):
     def __init__(self, tensors=None, metadata=None, extra_metadata=None):
         self._tensors = dict(flatten(tensors)) if tensors is not None else {}
         self._lazy = {}
-        self._file = None
-        self.metadata = dict(metadata or {})
+        self._file = None      # the core's mapped file, for a loaded trace
+        self._file_json = None  # its metadata JSON, parsed only when asked for
+        self._changed = False   # tensors set after loading
+        self._metadata = dict(metadata or {})
         self.extra_metadata = dict(extra_metadata or {})  # other __metadata__ keys
+
+    @property
+    def metadata(self) -> dict:
+        if self._metadata is None:
+            self._metadata = json.loads(self._file_json)
+        return self._metadata
+
+    @metadata.setter
+    def metadata(self, value):
+        self._metadata = dict(value)
 
     @classmethod
     def load(cls, path) -> "Trace":
         trace = cls()
-        trace._file = _core.TraceFile(os.fspath(path))
+        trace._file = _core.Trace.open(os.fspath(path))
         for name, code, shape, data in trace._file.entries():
             trace._lazy[name] = (code, shape, data)
         raw = dict(trace._file.raw_metadata)
         if METADATA_KEY in raw:
-            trace.metadata = json.loads(raw.pop(METADATA_KEY))
+            trace._file_json = raw.pop(METADATA_KEY)
+            trace._metadata = None
         trace.extra_metadata = raw
         return trace
 
@@ -69,6 +82,7 @@ class Trace(Mapping):
 
     def __setitem__(self, name, tensor):
         self._tensors[name] = tensor
+        self._changed = True
 
     def core_tensor(self, name):
         """(dtype, shape, bytes) for the core, zero copy for entries of a loaded file."""
@@ -76,14 +90,47 @@ class Trace(Mapping):
             return self._lazy[name]
         return to_core(self[name], name)
 
-    def save(self, path) -> None:
-        """Writes atomically; the layout (and bytes) are those of safetensors' save_file."""
+    def _raw_metadata(self) -> dict:
         metadata = dict(self.extra_metadata)
         if self.metadata:
             metadata[METADATA_KEY] = json.dumps(self.metadata, separators=(",", ":"))
+        return metadata
+
+    def _is_the_file(self) -> bool:
+        """Loaded and unchanged: the core can judge the mapped file itself."""
+        if self._file is None or self._changed:
+            return False
+        raw = dict(self._file.raw_metadata)
+        file_json = raw.pop(METADATA_KEY, None)
+        if self.extra_metadata != raw:
+            return False
+        if self._metadata is None:  # never read, so never changed
+            return True
+        return self._metadata == (json.loads(file_json) if file_json is not None else {})
+
+    def core_trace(self):
+        """The run for the core: the mapped file when loaded and unchanged (its path then
+        titles the report, as in the CLI), else the tensors in memory, zero copy."""
+        if self._is_the_file():
+            return self._file
+        return _core.Trace.from_tensors("", [(n, self.core_tensor(n)) for n in self],
+                                        self._raw_metadata())
+
+    def save(self, path) -> None:
+        """Writes atomically; the layout (and bytes) are those of safetensors' save_file."""
+        metadata = self._raw_metadata()
         items = [(name, self.core_tensor(name)) for name in self]
         _core.write_trace(os.fspath(path), items, metadata or None)
 
     def __repr__(self):
         role = self.metadata.get("role", "?")
         return f"<numalign.Trace role={role} tensors={len(self)}>"
+
+
+def as_core_trace(obj):
+    """A path, a Trace, or tensors / nested outputs as the core's run."""
+    if isinstance(obj, (str, os.PathLike)):
+        return _core.Trace.open(os.fspath(obj))
+    if isinstance(obj, Trace):
+        return obj.core_trace()
+    return _core.Trace.from_tensors("", [(n, to_core(t, n)) for n, t in flatten(obj).items()])

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import sys
 import tempfile
 
 import torch
 import torch.distributed as dist
 
-from . import distributed
+from . import _core, distributed
 from ._tensors import map_tensors
-from .api import judge
+from .api import _judge
 from .trace import Trace
 
 
@@ -173,7 +172,7 @@ def check_resume(model_fn, optimizer_fn, data, total_steps: int, resume_at: int,
     ``optimizer.<param>.<key>``) of the resumed run are judged against the uninterrupted
     run with ``rule`` (``"exact"``, or ``"ulp:K"``). The Report's ``first_differing`` names
     the first tensor, in that order, that differs."""
-    if not re.fullmatch(r"exact|ulp:\d+", rule):
+    if _core.rule_kind(rule, "check_resume") not in ("exact", "ulp"):
         raise ValueError(f"rule {rule!r}: check_resume takes 'exact' or 'ulp:K'")
     if not 0 < resume_at < total_steps:
         raise ValueError(f"resume_at {resume_at}: it must lie strictly between 0 and "
@@ -189,8 +188,5 @@ def check_resume(model_fn, optimizer_fn, data, total_steps: int, resume_at: int,
                                                     None, checkpoint), timeout=timeout)[0]
     order = list(uninterrupted)
     # The caller chose the rule, loosened or not: that choice is the override's reason.
-    report = judge(Trace(resumed), Trace(uninterrupted, metadata={"order": order}),
-                   rules={"*": (rule, f"check_resume(rule={rule!r})")})
-    verdicts = {t["name"]: t["verdict"] for t in report.tensors}
-    report.first_differing = next((n for n in order + list(resumed) if verdicts[n] != "pass"), None)
-    return report
+    return _judge(Trace(resumed), Trace(uninterrupted, metadata={"order": order}),
+                  rules={"*": (rule, f"check_resume(rule={rule!r})")}, first_failing=True)

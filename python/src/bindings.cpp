@@ -13,9 +13,11 @@
 #include <memory>
 #include <variant>
 
+#include "numalign/consistency.hpp"
 #include "numalign/divergence.hpp"
 #include "numalign/error.hpp"
 #include "numalign/judge.hpp"
+#include "numalign/options.hpp"
 #include "numalign/report_transfer.hpp"
 #include "numalign/sensitivity.hpp"
 #include "numalign/trace.hpp"
@@ -54,37 +56,66 @@ TensorView to_view(const PyTensor& t, const std::string& name) {
   return v;
 }
 
-using PyItem = std::tuple<std::string, std::optional<PyTensor>, std::optional<PyTensor>,
-                          std::optional<PyTensor>>;
+// A run for the core: a trace file (or shards) kept mapped, or a front end's tensors in
+// memory, held alive here for as long as the views point into them.
+struct PyTrace {
+  Trace trace;
+  std::vector<nb::object> owners;  // the tensors handed over by address
+  std::vector<Bytes> arrays;       // the arrays handed over as buffers
+};
 
-// Views of (name, test, ref, truth) items, validated while the GIL is held.
-struct Triples {
-  std::deque<TensorView> views;
-  std::vector<TensorTriple> triples;
-  explicit Triples(const std::vector<PyItem>& items) {
-    triples.reserve(items.size());
-    for (const auto& [name, test, ref, truth] : items) {
-      auto view = [&](const std::optional<PyTensor>& t) -> const TensorView* {
-        return t ? &views.emplace_back(to_view(*t, name)) : nullptr;
-      };
-      const TensorView* tv = view(test);
-      const TensorView* rv = view(ref);
-      triples.push_back({name, tv, rv, view(truth)});
+PyTrace trace_from_tensors(const std::string& label,
+                           const std::vector<std::pair<std::string, PyTensor>>& tensors,
+                           std::map<std::string, std::string> raw_metadata) {
+  PyTrace t;
+  std::vector<NamedTensor> named;
+  named.reserve(tensors.size());
+  t.owners.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    named.push_back({name, to_view(tensor, name)});
+    const auto& data = std::get<2>(tensor);
+    if (const auto* a = std::get_if<Address>(&data)) {
+      t.owners.push_back(std::get<2>(*a));
+    } else {
+      t.arrays.push_back(std::get<Bytes>(data));
     }
   }
-};
+  t.trace = Trace::from_tensors(std::move(named), std::move(raw_metadata), label);
+  return t;
+}
 
-// An open trace file (or shards): keeps the mapping alive for the views handed out.
-struct TraceFile {
-  explicit TraceFile(const std::string& path) : trace(Trace::open(path)) {}
-  Trace trace;
-};
+// Picklable (ranks send them to each other): every field as a tuple.
+using DifferenceState = std::tuple<std::size_t, std::string, std::uint64_t, std::uint64_t, double,
+                                   double, std::uint64_t, bool>;
+
+DifferenceState state_of(const RankDifference& d) {
+  return {d.rank,  d.problem,     d.elements_differ, d.first_index,
+          d.value, d.rank0_value, d.max_ulp,         d.ulp_inf};
+}
+
+// A rank's summary as Python gathers it: (name, dtype name, shape, digest).
+using PySummary = std::tuple<std::string, std::string, std::vector<std::uint64_t>, std::string>;
+
+std::vector<std::vector<RankTensorSummary>> summaries_of(
+    const std::vector<std::vector<PySummary>>& ranks) {
+  std::vector<std::vector<RankTensorSummary>> out;
+  for (const auto& rank : ranks) {
+    auto& list = out.emplace_back();
+    for (const auto& [n, dtype_name, shape, digest] : rank) {
+      const auto dtype = dtype_from_name(dtype_name);
+      if (!dtype) throw nb::value_error(("tensor '" + n + "': unknown dtype").c_str());
+      list.push_back({n, *dtype, Shape(shape.begin(), shape.end()), digest});
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
 NB_MODULE(_core, m) {
   m.doc() = "numalign's C++ core: rules, fused metrics, reports and safetensors traces";
   m.attr("__version__") = NUMALIGN_VERSION;
+  m.attr("METADATA_KEY") = kMetadataKey;  // our JSON's key inside __metadata__
   nb::exception<Error>(m, "NumalignError", PyExc_ValueError);
 
   nb::class_<Report>(m, "Report")
@@ -97,6 +128,16 @@ NB_MODULE(_core, m) {
       .def("json", [](const Report& r) { return render_json(r); })
       .def("junit", [](const Report& r) { return render_junit(r); })
       .def("html", [](const Report& r) { return render_html(r); })
+      // [(values, tensors, passed, failed, errors, max_ratio)] in execution order.
+      .def("by_tag",
+           [](const Report& r, const std::vector<std::string>& keys) {
+             nb::list out;
+             for (const auto& g : group_by_tags(r, keys)) {
+               out.append(
+                   nb::make_tuple(g.values, g.tensors, g.passed, g.failed, g.errors, g.max_ratio));
+             }
+             return out;
+           })
       // Picklable, so that ranks (or pytest workers) can send their reports.
       .def("__getstate__",
            [](const Report& r) {
@@ -112,88 +153,167 @@ NB_MODULE(_core, m) {
 
   m.def(
       "merge_reports",
-      [](const std::vector<std::pair<std::string, const Report*>>& parts, std::string title) {
+      [](const std::vector<
+             std::tuple<std::string, const Report*, std::map<std::string, std::string>>>& parts,
+         std::string title) {
         std::vector<ReportPart> copies;
-        for (const auto& [prefix, report] : parts) copies.push_back({prefix, *report});
+        for (const auto& [prefix, report, tags] : parts) copies.push_back({prefix, *report, tags});
         return merge_reports(std::move(copies), std::move(title));
       },
       "parts"_a, "title"_a);
 
-  // Options are built once in Python (numalign.api._options) and shared by judge and
-  // sensitivity.
-  nb::class_<JudgeOptions>(m, "JudgeOptions")
+  // What the user gave; fields left None were not given (resolve_options fills them from
+  // the policy, then the defaults).
+  nb::class_<JudgeArguments>(m, "JudgeArguments")
       .def(nb::init<>())
-      .def_rw("tol", &JudgeOptions::tol)
-      .def_rw("equal_nan", &JudgeOptions::equal_nan)
-      .def_rw("larger_multiplier_for_small", &JudgeOptions::larger_multiplier_for_small)
-      .def_rw("force_max_multiplier", &JudgeOptions::force_max_multiplier)
-      .def_rw("check_bias", &JudgeOptions::check_bias)
-      .def_rw("threads", &JudgeOptions::threads)
-      .def_rw("magnitude_profile", &JudgeOptions::magnitude_profile)
-      .def("load_policy", [](JudgeOptions& o, const std::string& json,
-                             const std::string& name) { parse_policy(json, name, o); })
-      .def("set_default_rule",
-           [](JudgeOptions& o, const std::string& spec) {
-             o.default_rule = parse_rule(spec, "rules");
-           })
-      .def("add_override", [](JudgeOptions& o, const std::string& glob, const std::string& spec,
-                              const std::string& reason) {
-        o.overrides.push_back({glob, parse_rule(spec, "rules"), reason, "rules"});
-      });
+      .def_rw("tol", &JudgeArguments::tol)
+      .def_rw("equal_nan", &JudgeArguments::equal_nan)
+      .def_rw("check_bias", &JudgeArguments::check_bias)
+      .def_rw("larger_multiplier_for_small", &JudgeArguments::larger_multiplier_for_small)
+      .def_rw("force_max_multiplier", &JudgeArguments::force_max_multiplier)
+      .def_rw("magnitude_profile", &JudgeArguments::magnitude_profile)
+      .def_rw("threads", &JudgeArguments::threads)
+      .def_rw("policy_path", &JudgeArguments::policy_path)
+      .def_rw("policy_json", &JudgeArguments::policy_json)
+      .def_rw("only", &JudgeArguments::only)
+      .def_prop_rw(
+          "module_ranking", [](const JudgeArguments& a) { return a.sections.module_ranking; },
+          [](JudgeArguments& a, bool v) { a.sections.module_ranking = v; })
+      .def_prop_rw(
+          "first_failing", [](const JudgeArguments& a) { return a.sections.first_failing; },
+          [](JudgeArguments& a, bool v) { a.sections.first_failing = v; })
+      .def(
+          "add_rule",
+          [](JudgeArguments& a, const std::string& text) {
+            a.rules.push_back(parse_rule_argument(text, a.rules_origin));
+          },
+          "text"_a, "\"SPEC\" (the default rule) or \"GLOB=SPEC\"")
+      .def(
+          "add_override",
+          [](JudgeArguments& a, const std::string& glob, const std::string& spec,
+             const std::string& reason) {
+            a.rules.push_back({glob, spec, reason});
+          },
+          "glob"_a, "spec"_a, "reason"_a = "")
+      // Resolved now, so that a bad option raises before any tensor is touched.
+      .def("check", [](const JudgeArguments& a) { resolve_options(a); });
 
+  // "rmse", "ulp", "exact" or "abs": the kind of a rule spec (raises on a bad one).
   m.def(
-      "judge",
-      [](const std::vector<PyItem>& items, const JudgeOptions& o, const std::string& title,
-         const std::vector<std::optional<std::string>>& metadata) {
-        const Triples t(items);
-        Report report;
-        {
-          nb::gil_scoped_release release;
-          report = judge_tensors(t.triples, o);
-        }
-        report.title = title;
-        // Metadata JSON of test, ref and truth (None where a run has none).
-        std::vector<std::optional<TraceMetadata>> meta;
-        for (std::size_t i = 0; i < 3; ++i) {
-          const char* role[] = {"test", "ref", "truth"};
-          meta.push_back(i < metadata.size() && metadata[i]
-                             ? std::optional(TraceMetadata::from_json(*metadata[i], role[i]))
-                             : std::nullopt);
-        }
-        add_metadata_warnings(meta[0] ? &*meta[0] : nullptr, meta[1] ? &*meta[1] : nullptr,
-                              meta[2] ? &*meta[2] : nullptr, report);
-        if (meta[1]) report.first_divergence = find_first_divergence(*meta[1], report);
-        return report;
+      "rule_kind",
+      [](const std::string& spec, const std::string& where) {
+        static constexpr const char* kinds[] = {"rmse", "ulp", "exact", "abs"};
+        return std::string(kinds[static_cast<int>(parse_rule(spec, where).kind)]);
       },
-      "items"_a, "options"_a, "title"_a = "",
-      "metadata"_a = std::vector<std::optional<std::string>>{});
+      "spec"_a, "where"_a = "rule");
 
-  m.def(
-      "sensitivity",
-      [](const std::vector<PyItem>& items, const JudgeOptions& o, std::uint64_t terms) {
-        const Triples t(items);
-        nb::gil_scoped_release release;
-        return render_sensitivity_json(sensitivity(t.triples, o, {.reduction_terms = terms}));
-      },
-      "items"_a, "options"_a, "terms"_a = 256);
-
-  nb::class_<TraceFile>(m, "TraceFile")
-      .def(nb::init<const std::string&>(), "path"_a)
-      .def_prop_ro("path", [](const TraceFile& f) { return f.trace.path(); })
-      .def_prop_ro("raw_metadata", [](const TraceFile& f) { return f.trace.raw_metadata(); })
-      .def("entries", [](nb::handle self) {
-        const TraceFile& f = nb::cast<const TraceFile&>(self);
+  nb::class_<PyTrace>(m, "Trace")
+      .def_static(
+          "open",
+          [](const std::string& path) {
+            return PyTrace{Trace::open(path), {}, {}};
+          },
+          "path"_a)
+      .def_static("from_tensors", &trace_from_tensors, "label"_a, "tensors"_a,
+                  "raw_metadata"_a = std::map<std::string, std::string>{})
+      .def_prop_ro("path", [](const PyTrace& t) { return t.trace.path(); })
+      .def_prop_ro("raw_metadata", [](const PyTrace& t) { return t.trace.raw_metadata(); })
+      .def("__len__", [](const PyTrace& t) { return t.trace.entries().size(); })
+      .def("entries", [](const PyTrace& t) {
+        // A capsule sharing the mapping (and the tensors held) owns the views, not the
+        // Python object: torch never releases what a tensor alive at exit holds, and a Trace
+        // kept so would read as a nanobind leak.
+        nb::capsule owner(new PyTrace(t),
+                          [](void* p) noexcept { delete static_cast<PyTrace*>(p); });
         nb::list out;
-        for (const auto& e : f.trace.entries()) {
+        for (const auto& e : t.trace.entries()) {
           const std::size_t n = e.view.nbytes();
-          // Read-only, zero-copy view into the mapping; `self` keeps it alive.
+          // Read-only, zero-copy view into the mapping; `owner` keeps it alive.
           nb::ndarray<nb::numpy, const std::uint8_t, nb::ndim<1>> bytes(
-              reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, self);
+              reinterpret_cast<const std::uint8_t*>(e.view.data), {n}, owner);
           std::vector<std::uint64_t> shape(e.view.shape.begin(), e.view.shape.end());
           out.append(nb::make_tuple(e.name, std::string(name(e.view.dtype)), shape, bytes));
         }
         return out;
       });
+
+  // The one judge of every front end: the CLI's `numalign judge` calls the same function.
+  m.def(
+      "judge",
+      [](const PyTrace& test, const PyTrace& ref, const PyTrace* truth, const JudgeArguments& a) {
+        const JudgeOptions options = resolve_options(a);
+        nb::gil_scoped_release release;
+        return judge(test.trace, ref.trace, truth ? &truth->trace : nullptr, options);
+      },
+      "test"_a, "ref"_a, "truth"_a.none(), "arguments"_a);
+
+  m.def(
+      "sensitivity",
+      [](const PyTrace& test, const PyTrace& ref, const PyTrace* truth, const JudgeArguments& a,
+         std::uint64_t terms) {
+        const JudgeOptions options = resolve_options(a);
+        nb::gil_scoped_release release;
+        return render_sensitivity_json(sensitivity(test.trace, ref.trace,
+                                                   truth ? &truth->trace : nullptr, options,
+                                                   {.reduction_terms = terms}));
+      },
+      "test"_a, "ref"_a, "truth"_a.none(), "arguments"_a, "terms"_a = 256);
+
+  // Replicated tensors across ranks: Python gathers, the core measures and reports.
+  nb::class_<RankDifference>(m, "RankDifference")
+      .def_ro("rank", &RankDifference::rank)
+      .def_ro("elements_differ", &RankDifference::elements_differ)
+      .def("__getstate__", [](const RankDifference& d) { return state_of(d); })
+      .def("__setstate__", [](RankDifference& d, const DifferenceState& s) {
+        new (&d) RankDifference{};
+        std::tie(d.rank, d.problem, d.elements_differ, d.first_index, d.value, d.rank0_value,
+                 d.max_ulp, d.ulp_inf) = s;
+      });
+  m.def(
+      "tensors_to_compare",
+      [](const std::vector<std::vector<PySummary>>& ranks) {
+        return tensors_to_compare(summaries_of(ranks));
+      },
+      "summaries"_a);
+  m.def(
+      "compare_with_rank0",
+      [](const PyTensor& mine, const PyTensor& rank0, std::size_t rank, const std::string& name) {
+        return compare_with_rank0(to_view(mine, name), to_view(rank0, name), rank);
+      },
+      "mine"_a, "rank0"_a, "rank"_a, "name"_a);
+  m.def(
+      "consistency_report",
+      [](const std::vector<std::vector<PySummary>>& ranks,
+         const std::vector<std::pair<std::string, RankDifference>>& measured,
+         const std::string& rule, std::vector<std::string> files) {
+        std::vector<MeasuredDifference> found;
+        for (const auto& [n, d] : measured) found.push_back({n, d});
+        return render_consistency_json(consistency_report(
+            summaries_of(ranks), found, parse_rule(rule, "rule"), std::move(files)));
+      },
+      "summaries"_a, "measured"_a, "rule"_a, "files"_a);
+
+  // trace_model(save_to=): each tensor written as it is produced, the file renamed into
+  // place by close(); the one writer, so its bytes are those of write_trace.
+  nb::class_<TraceStreamWriter>(m, "TraceStreamWriter")
+      .def(nb::init<std::string>(), "path"_a)
+      .def_prop_ro("path", &TraceStreamWriter::path)
+      .def(
+          "add",
+          [](TraceStreamWriter& w, const std::string& name, const PyTensor& t) {
+            const TensorView v = to_view(t, name);
+            nb::gil_scoped_release release;
+            w.add(name, v);
+          },
+          "name"_a, "tensor"_a)
+      .def(
+          "close",
+          [](TraceStreamWriter& w, const std::map<std::string, std::string>& metadata) {
+            nb::gil_scoped_release release;
+            w.close(metadata.empty() ? nullptr : &metadata);
+          },
+          "metadata"_a = std::map<std::string, std::string>{})
+      .def("abort", &TraceStreamWriter::abort);
 
   m.def(
       "write_trace",

@@ -1,10 +1,13 @@
 // judge_test.cpp: pairing of tensors and the warnings for comparisons that mean little,
-// read from the traces' metadata (docs/architecture.md, "Comparisons that mean nothing").
+// read from the traces' metadata (docs/architecture.md, "Comparisons that mean nothing"),
+// and runs held in memory judged as files are.
 #include "numalign/judge.hpp"
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
+#include <optional>
 
 #include "simulations.hpp"
 
@@ -105,6 +108,94 @@ TEST_F(JudgeTest, MismatchesFailWithTheirReason) {
   EXPECT_EQ(by["packed"]->verdict, VerdictKind::kError);
   EXPECT_NE(by["packed"]->reason.find("not supported yet"), std::string::npos);
   EXPECT_EQ(r.tensors.front().name, "packed") << "could-not-judge comes first";
+}
+
+// Runs in memory (a front end's tensors) go through the same judge as files: pairing,
+// `only`, warnings, tags from ref's metadata, and the sections asked for.
+class InMemoryRunTest : public ::testing::Test {
+ protected:
+  const Buffer& keep(Buffer b) { return buffers_.emplace_back(std::move(b)); }
+  const Buffer& values(DType dt, std::vector<double> v) {
+    const std::uint64_t n = v.size();
+    return keep(examples::make_buffer(dt, {n}, std::move(v)));
+  }
+  Trace run(const std::vector<std::pair<std::string, const Buffer*>>& tensors,
+            const std::optional<TraceMetadata>& meta = std::nullopt) {
+    std::vector<NamedTensor> named;
+    for (const auto& [n, b] : tensors) named.push_back({n, b->view()});
+    std::map<std::string, std::string> raw;
+    if (meta) raw[kMetadataKey] = meta->to_json();
+    return Trace::from_tensors(std::move(named), raw);
+  }
+  std::deque<Buffer> buffers_;
+};
+
+TEST_F(InMemoryRunTest, PairsWarnsTagsAndTitlesNothing) {
+  const Buffer& one = values(DType::F32, std::vector<double>(1200, 1.0));
+  const Buffer& off = values(DType::F32, std::vector<double>(1200, 1.5));
+  const Buffer& truth = values(DType::F64, std::vector<double>(1200, 1.0));
+  TraceMetadata meta;
+  meta.order = {"b", "a"};
+  meta.tags = {{"a", {{"module", "m"}}}, {"b", {{"module", "n"}}}};
+  const Trace t = run({{"a", &off}, {"b", &one}, {"extra", &one}});
+  const Trace r = run({{"a", &one}, {"b", &one}}, meta);
+  const Trace u = run({{"b", &truth}});
+  JudgeOptions o;
+  o.sections.first_failing = true;
+  const Report report = judge(t, r, &u, o);
+  EXPECT_EQ(report.title, "");
+  ASSERT_EQ(report.tensors.size(), 2u);
+  EXPECT_EQ(report.tensors[0].name, "a");  // the failure first
+  EXPECT_EQ(report.tensors[0].tags.at("module"), "m");
+  EXPECT_EQ(report.tensors[1].order, 0u) << "b comes first in ref's execution order";
+  EXPECT_EQ(report.first_failing, "a");
+  bool missing = false, extra = false;
+  for (const auto& w : report.warnings) {
+    missing = missing || w == "1 tensor(s) of ref are missing from truth";
+    extra = extra || w.find("only in test, not judged: extra") != std::string::npos;
+  }
+  EXPECT_TRUE(missing && extra);
+  o.only = {"b*"};
+  const Report only_b = judge(t, r, &u, o);
+  ASSERT_EQ(only_b.tensors.size(), 1u);
+  EXPECT_EQ(only_b.tensors[0].name, "b");
+  EXPECT_FALSE(only_b.first_failing.has_value());
+  EXPECT_THROW(run({{"a", &one}, {"a", &one}}), Error);
+}
+
+TEST_F(InMemoryRunTest, IsolatedModulesAreRankedWorstFirstWithoutAFirstDivergence) {
+  const Buffer& ref = values(DType::F32, {1, 2, 3, 4});
+  const Buffer& close = values(DType::F32, {1, 2, 3, 4.5});
+  const Buffer& far = values(DType::F32, {1, 2, 3, 40});
+  TraceMetadata meta;
+  meta.order = {"x.out", "y.out", "y.grad", "z.out"};
+  meta.tags = {{"x.out", {{"module", "x"}, {"kind", "output"}}},
+               {"y.out", {{"module", "y"}, {"kind", "output"}}},
+               {"y.grad", {{"module", "y"}, {"kind", "grad"}}},
+               {"z.out", {{"module", "z"}, {"kind", "output"}}}};
+  const Trace t = run({{"x.out", &close}, {"y.out", &ref}, {"y.grad", &far}, {"z.out", &ref}});
+  const Trace r = run({{"x.out", &ref}, {"y.out", &ref}, {"y.grad", &ref}, {"z.out", &ref}}, meta);
+  JudgeOptions o;
+  o.default_rule = parse_rule("abs:1");
+  o.sections.module_ranking = true;
+  const Report report = judge(t, r, nullptr, o);
+  EXPECT_FALSE(report.first_divergence.has_value());
+  ASSERT_EQ(report.ranking.size(), 3u);
+  EXPECT_EQ(report.ranking[0].module, "y");
+  EXPECT_EQ(report.ranking[0].tensor, "y.grad");
+  EXPECT_FALSE(report.ranking[0].aligned);
+  EXPECT_EQ(report.ranking[1].module, "x");  // ratio 0.5 / limit 1
+  EXPECT_TRUE(report.ranking[1].aligned);
+  EXPECT_EQ(report.ranking[2].module, "z");
+  const std::string text = render_text(report);
+  EXPECT_EQ(text.find("modules in isolation"), 0u) << text;
+  EXPECT_NE(text.find("    1. FAIL  y  ratio 36 / limit 1  (y.grad)"), std::string::npos) << text;
+  const std::vector<TagGroup> groups = group_by_tags(report, {"module"});
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[1].values, std::vector<std::string>{"y"});
+  EXPECT_EQ(groups[1].tensors, 2u);
+  EXPECT_EQ(groups[1].failed, 1u);
+  EXPECT_EQ(groups[1].max_ratio, 36.0);
 }
 
 }  // namespace

@@ -126,7 +126,8 @@ TEST_F(ReportTransferTest, MergePrefixesNamesAndOrdersFailuresAcrossParts) {
   Report rank0 = varied_report(1.1), rank1 = varied_report(1.5);
   const std::size_t per_rank = rank0.tensors.size();
   rank1.settings = "rule ulp:1, tol 1e-04";
-  const Report merged = merge_reports({{"rank0/", rank0}, {"rank1/", rank1}}, "2 ranks");
+  const Report merged =
+      merge_reports({{"rank0/", rank0, {}}, {"rank1/", rank1, {{"rank", "1"}}}}, "2 ranks");
   EXPECT_EQ(merged.title, "2 ranks");
   ASSERT_EQ(merged.tensors.size(), 2 * per_rank);
   EXPECT_EQ(merged.count(VerdictKind::kFail), rank0.count(VerdictKind::kFail) * 2);

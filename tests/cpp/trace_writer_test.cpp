@@ -174,5 +174,44 @@ TEST(WriteFileAtomicTest, AMissingFolderIsAnErrorNamingThePath) {
   }
 }
 
+// The streaming writer writes the same bytes as write_trace, whatever order tensors arrive
+// in, and leaves nothing behind but the finished file.
+TEST(TraceStreamWriterTest, SameBytesAsWriteTraceAndNothingElseLeft) {
+  const TempDir dir;
+  std::vector<float> a{1, 2, 3, 4};
+  std::vector<std::uint16_t> b{7, 8, 9};
+  std::vector<double> c{0.5};
+  const TensorView va{DType::F32, {2, 2}, reinterpret_cast<const std::byte*>(a.data())};
+  const TensorView vb{DType::BF16, {3}, reinterpret_cast<const std::byte*>(b.data())};
+  const TensorView vc{DType::F64, {}, reinterpret_cast<const std::byte*>(c.data())};
+  const std::map<std::string, std::string> meta{{"numalign", "{\"role\":\"ref\"}"}};
+  write_trace(dir.file("whole.safetensors"), {{"z.a", va}, {"b", vb}, {"c", vc}}, &meta);
+  TraceStreamWriter w(dir.file("streamed.safetensors"));
+  w.add("b", vb);
+  w.add("c", vc);
+  w.add("z.a", va);
+  EXPECT_THROW(w.add("b", vb), Error);
+  EXPECT_THROW(w.add("__metadata__", vb), Error);
+  EXPECT_FALSE(fs::exists(dir.file("streamed.safetensors"))) << "nothing under the name yet";
+  w.close(&meta);
+  EXPECT_EQ(read_all(dir.file("streamed.safetensors")), read_all(dir.file("whole.safetensors")));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 2);
+  EXPECT_THROW(w.add("d", vb), Error);
+}
+
+TEST(TraceStreamWriterTest, AbortLeavesThePreviousFileAsItWas) {
+  const TempDir dir;
+  const std::string path = dir.file("t.safetensors");
+  std::ofstream(path) << "previous";
+  std::vector<float> a(1000, 1.0f);
+  {
+    TraceStreamWriter w(path);
+    w.add("a", TensorView{DType::F32, {1000}, reinterpret_cast<const std::byte*>(a.data())});
+    // Destroyed without close: an exception in the middle of a capture.
+  }
+  EXPECT_EQ(read_all(path), "previous");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
 }  // namespace
 }  // namespace numalign

@@ -83,8 +83,13 @@ def test_streamed_trace_equals_the_in_memory_one_and_loads_in_safetensors(tmp_pa
     path = tmp_path / "run.safetensors"
     in_memory = trace_model(Shared(), (_x(),), torch.bfloat16)
     streamed = trace_model(Shared(), (_x(),), torch.bfloat16, save_to=path)
-    assert list(streamed) == list(in_memory)
+    assert set(streamed) == set(in_memory)
     assert streamed.metadata == in_memory.metadata
+    assert streamed.metadata["order"] == list(in_memory), "execution order kept in the metadata"
+    # One writer: the streamed file holds the bytes Trace.save (and save_file) write.
+    in_memory.save(tmp_path / "saved.safetensors")
+    assert path.read_bytes() == (tmp_path / "saved.safetensors").read_bytes()
+    os.unlink(tmp_path / "saved.safetensors")
     for name in in_memory:
         assert torch.equal(streamed[name], in_memory[name]), name
     with safe_open(str(path), framework="pt") as f:  # the reference reader

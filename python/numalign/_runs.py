@@ -1,0 +1,67 @@
+"""_runs.py: running a function or module forward and backward in one precision, shared by
+capture (which records the runs) and isolation (which reruns each module on its own)."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+
+import torch
+
+from ._tensors import flatten, map_tensors
+
+
+@contextlib.contextmanager
+def tf32_off():
+    """TF32 off for matmul and cuDNN during the run, restored after, even on exceptions."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _cast(x, dtype, device):
+    def leaf(t):
+        y = t.detach().to(device)
+        if y.is_floating_point():
+            y = y.to(dtype)
+        return y.requires_grad_(y.is_floating_point())
+    return map_tensors(x, leaf)
+
+
+def _upstream_grad(out: torch.Tensor, name: str, seed: int) -> torch.Tensor:
+    """A fixed random gradient per output, drawn in float64 from (seed, name) and cast, so
+    every precision's run receives the same one."""
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2 ** 63 - 1))
+    return torch.randn(out.shape, dtype=torch.float64, generator=g).to(out.dtype).to(out.device)
+
+
+def _as_args(inputs):
+    return inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
+
+
+def _module_copy(module, dtype, device):
+    """A deep copy of ``module`` with its floating parameters cast: the caller's model is
+    left untouched."""
+    copied = copy.deepcopy(module).to(device)
+    for p in copied.parameters():
+        if p.is_floating_point():
+            p.data = p.data.to(dtype)
+    copied.zero_grad(set_to_none=True)
+    return copied
+
+
+def _forward_backward(call, args, seed):
+    """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}."""
+    result = call(**args) if isinstance(args, dict) else call(*args)
+    outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
+    grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
+    if grads_for:
+        torch.autograd.backward([o for _, o in grads_for],
+                                [_upstream_grad(o, n, seed) for n, o in grads_for])
+    return outputs
