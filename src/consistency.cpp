@@ -171,14 +171,11 @@ ConsistencyReport check_consistent(const std::vector<const Trace*>& ranks,
                                    const std::vector<std::string>& files, const Rule& rule,
                                    const std::vector<std::string>& only, int threads) {
   check_rule(rule);
-  auto selected = [&](const std::string& n) {
-    return only.empty() || std::any_of(only.begin(), only.end(),
-                                       [&](const std::string& g) { return glob_match(g, n); });
-  };
   std::vector<std::vector<RankTensorSummary>> summaries(ranks.size());
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     for (const auto& e : ranks[r]->entries()) {
-      if (selected(e.name)) summaries[r].push_back({e.name, e.view.dtype, e.view.shape, ""});
+      if (selected_by(only, e.name))
+        summaries[r].push_back({e.name, e.view.dtype, e.view.shape, ""});
     }
   }
   // Every (tensor, rank) pair whose bytes differ goes through one fused pass.
@@ -186,7 +183,7 @@ ConsistencyReport check_consistent(const std::vector<const Trace*>& ranks,
   std::vector<MetricsInput> inputs;
   std::vector<std::pair<std::size_t, std::size_t>> measured_of;  // (index in measured, rank)
   for (const auto& e : ranks[0]->entries()) {
-    if (!selected(e.name)) continue;
+    if (!selected_by(only, e.name)) continue;
     for (std::size_t r = 1; r < ranks.size(); ++r) {
       const TraceEntry* other = ranks[r]->find(e.name);
       if (!other || other->view.dtype != e.view.dtype || other->view.shape != e.view.shape ||

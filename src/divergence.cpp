@@ -66,10 +66,6 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
   return d;
 }
 
-}  // namespace numalign
-
-namespace numalign {
-
 namespace {
 
 // How wrong a tensor is for the ranking: could-not-judge first, then ratio / limit (the

@@ -200,11 +200,6 @@ void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
 
 std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, const Trace* truth,
                                        const std::vector<std::string>& only) {
-  auto selected = [&](const std::string& n) {
-    if (only.empty()) return true;
-    return std::any_of(only.begin(), only.end(),
-                       [&](const std::string& g) { return glob_match(g, n); });
-  };
   // Judge in execution order when ref records one, else in file order.
   const std::vector<TraceEntry>& ref_entries = ref.entries();
   std::vector<const TraceEntry*> ordered;
@@ -227,13 +222,13 @@ std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, cons
   triples.reserve(ordered.size());
   for (const TraceEntry* r : ordered) {
     const std::string& n = r->name;
-    if (!selected(n)) continue;
+    if (!selected_by(only, n)) continue;
     const TraceEntry* t = test.find(n);
     const TraceEntry* u = truth ? truth->find(n) : nullptr;
     triples.push_back({n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr});
   }
   for (const auto& e : test.entries()) {
-    if (!ref.find(e.name) && selected(e.name))
+    if (!ref.find(e.name) && selected_by(only, e.name))
       triples.push_back({e.name, &e.view, nullptr, nullptr});
   }
   return triples;

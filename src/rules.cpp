@@ -3,6 +3,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -88,6 +89,11 @@ bool glob_match(std::string_view pattern, std::string_view name) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
+}
+
+bool selected_by(const std::vector<std::string>& only, std::string_view name) {
+  return only.empty() || std::any_of(only.begin(), only.end(),
+                                     [&](const std::string& g) { return glob_match(g, name); });
 }
 
 double rmse_multiplier(DType dtype, const Shape& shape, double tol, bool larger_for_small,

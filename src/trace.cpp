@@ -229,16 +229,17 @@ void parse_entries(const simdjson::dom::object& root, std::uint32_t file, const 
 
 // Adds entries [first, end) to the index. Names are unique within the trace: in this
 // header and across its shards.
+// `where` says where a name given twice was given: "in the header", "among the tensors".
 void index_names(detail::NameIndex& index, const std::vector<TraceEntry>& entries,
                  std::size_t first, const std::vector<std::string>& file_paths,
-                 const std::string& label) {
+                 const std::string& label, const char* where = "in the header") {
   auto name_of = [&](std::uint32_t i) -> std::string_view { return entries[i].name; };
   index.reserve(entries.size(), name_of);
   for (std::size_t i = first; i < entries.size(); ++i) {
     if (const auto other = index.insert(static_cast<std::uint32_t>(i), name_of)) {
       const TraceEntry& e = entries[*other];
       if (e.file == entries[i].file) {
-        fail(label, tensor_named(e.name) + " appears twice in the header (names must be unique)");
+        fail(label, tensor_named(e.name) + " appears twice " + where + " (names must be unique)");
       }
       fail(label, tensor_named(e.name) + " is also in " + file_paths[e.file]);
     }
@@ -353,12 +354,7 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
   const std::vector<std::uint32_t> by_offset = order_by_offset(extents);
   place_data(frame, std::span(entries_).subspan(first), extents, by_offset, label);
   // The first file's metadata is the trace's.
-  if (first == 0 && raw_metadata_.empty()) {
-    raw_metadata_ = file_metadata;
-    if (auto it = file_metadata.find(kMetadataKey); it != file_metadata.end()) {
-      metadata_ = TraceMetadata::from_json(it->second, label);
-    }
-  }
+  if (first == 0 && raw_metadata_.empty()) adopt_metadata(std::move(file_metadata), label);
   put_in_file_order(entries_, first, by_offset, *index_);
 }
 
@@ -378,18 +374,16 @@ Trace Trace::from_tensors(std::vector<NamedTensor> tensors,
   t.entries_.reserve(tensors.size());
   for (auto& [name, view] : tensors) t.entries_.push_back({std::move(name), std::move(view), 0});
   t.index_ = std::make_shared<detail::NameIndex>();
-  auto name_of = [&](std::uint32_t i) -> std::string_view { return t.entries_[i].name; };
-  t.index_->reserve(t.entries_.size(), name_of);
-  for (std::size_t i = 0; i < t.entries_.size(); ++i) {
-    if (const auto other = t.index_->insert(static_cast<std::uint32_t>(i), name_of)) {
-      fail(where, tensor_named(t.entries_[*other].name) + " is given twice (names must be unique)");
-    }
-  }
-  if (auto it = raw_metadata.find(kMetadataKey); it != raw_metadata.end()) {
-    t.metadata_ = TraceMetadata::from_json(it->second, where);
-  }
-  t.raw_metadata_ = std::move(raw_metadata);
+  index_names(*t.index_, t.entries_, 0, t.file_paths_, where, "among the tensors");
+  t.adopt_metadata(std::move(raw_metadata), where);
   return t;
+}
+
+void Trace::adopt_metadata(std::map<std::string, std::string> raw, const std::string& where) {
+  if (auto it = raw.find(kMetadataKey); it != raw.end()) {
+    metadata_ = TraceMetadata::from_json(it->second, where);
+  }
+  raw_metadata_ = std::move(raw);
 }
 
 namespace {

@@ -33,6 +33,8 @@ struct Override {
 };
 
 bool glob_match(std::string_view pattern, std::string_view name);
+// Whether `name` is selected by `only` (the --only globs): every name when it is empty.
+bool selected_by(const std::vector<std::string>& only, std::string_view name);
 
 // Report sections that depend on how the runs were made, asked for by the front end that
 // made them.

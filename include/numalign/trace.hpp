@@ -80,6 +80,8 @@ class Trace {
 
  private:
   void add_file(std::span<const std::byte> bytes, const std::string& label);
+  // `raw` becomes the trace's __metadata__, our key parsed (errors name `where`).
+  void adopt_metadata(std::map<std::string, std::string> raw, const std::string& where);
   std::string path_;
   std::vector<std::shared_ptr<MappedFile>> files_;
   std::vector<std::string> file_paths_;

@@ -7,13 +7,13 @@ and matching by address would mistake a freed tensor's reused memory for another
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import os
 
 import torch
 
 from . import _core
+from ._runs import selected_modules
 from ._tensors import flatten, to_core
 from .trace import METADATA_KEY, Trace
 
@@ -32,10 +32,7 @@ def _tensors_of(obj):
 
 class ModuleRecorder:
     def __init__(self, model: torch.nn.Module, globs, save_to):
-        if isinstance(globs, str):
-            globs = [globs]
-        self._modules = [(path, m) for path, m in model.named_modules()
-                         if path and (globs is None or any(fnmatch.fnmatchcase(path, g) for g in globs))]
+        self._modules = selected_modules(model, globs)
         self._writer = _core.TraceStreamWriter(os.fspath(save_to)) if save_to is not None else None
         self._tensors = {}
         self.order, self.tags, self.inputs = [], {}, {}

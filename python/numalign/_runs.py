@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import fnmatch
 import hashlib
 
 import torch
@@ -65,3 +66,12 @@ def _forward_backward(call, args, seed):
         torch.autograd.backward([o for _, o in grads_for],
                                 [_upstream_grad(o, n, seed) for n, o in grads_for])
     return outputs
+
+
+def selected_modules(model, globs):
+    """[(path, module)] of the submodules whose paths match one of ``globs`` (a glob or a
+    list of them; None: every submodule), the model itself excluded."""
+    if isinstance(globs, str):
+        globs = [globs]
+    return [(p, m) for p, m in model.named_modules()
+            if p and (globs is None or any(fnmatch.fnmatchcase(p, g) for g in globs))]

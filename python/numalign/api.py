@@ -29,10 +29,11 @@ def _add_rules(args, rules):
             args.add_rule(text)
 
 
-def _arguments(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=None,
+def _options(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=None,
                larger_multiplier_for_small=None, force_max_multiplier=None, threads=None,
                magnitude_profile=None, only=None, module_ranking=False, first_failing=False):
-    """The core's JudgeArguments: None means "not given", so a policy's value stands."""
+    """The core's options from the arguments: None means "not given", so a policy's value
+    stands. Resolved before any tensor is handed over, so a bad option raises first."""
     a = _core.JudgeArguments()
     a.tol, a.equal_nan, a.check_bias = tol, equal_nan, check_bias
     a.larger_multiplier_for_small = larger_multiplier_for_small
@@ -47,8 +48,7 @@ def _arguments(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=
     if only is not None:
         a.only = [only] if isinstance(only, str) else list(only)
     a.module_ranking, a.first_failing = module_ranking, first_failing
-    a.check()  # a bad option raises before any tensor is touched
-    return a
+    return _core.resolve_options(a)
 
 
 def _runs(test, ref, truth):
@@ -75,8 +75,8 @@ def judge(test, ref, truth=None, *, tol=None, rules=None, policy=None, equal_nan
 def _judge(test, ref, truth=None, **arguments) -> Report:
     """judge() with the report sections of the helpers that made the runs (isolate,
     check_resume)."""
-    args = _arguments(**arguments)
-    report = Report(_core.judge(*_runs(test, ref, truth), args))
+    options = _options(**arguments)
+    report = Report(_core.judge(*_runs(test, ref, truth), options))
     for record in _recorders:
         record(report)
     return report
@@ -98,8 +98,8 @@ def sensitivity(test, ref, truth=None, *, terms=256, **options) -> dict:
     elements) and judges each with the same options as ``judge()``: ``{"settings",
     "bugs": [{"bug", "applicable", "caught", "failing", "planted", "worst"}]}``, the run as
     it is first. A rule that misses a planted bug cannot fail on that bug either."""
-    args = _arguments(**options)
-    return json.loads(_core.sensitivity(*_runs(test, ref, truth), args, terms))
+    resolved = _options(**options)
+    return json.loads(_core.sensitivity(*_runs(test, ref, truth), resolved, terms))
 
 
 __all__ = ["judge", "assert_aligned", "sensitivity", "Trace"]

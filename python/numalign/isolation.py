@@ -5,12 +5,10 @@ module (cast to the dtype) and, backward, on the truth's gradient into it, so no
 inherits the error of the modules before it."""
 from __future__ import annotations
 
-import fnmatch
-
 import torch
 
 from ._module_hooks import _tensors_of
-from ._runs import _as_args, _cast, _forward_backward, _module_copy, tf32_off
+from ._runs import _as_args, _cast, _forward_backward, _module_copy, selected_modules, tf32_off
 from .api import _judge
 from .report import Report
 from .trace import Trace
@@ -21,10 +19,7 @@ class _Calls:
     gradients its outputs received."""
 
     def __init__(self, model, globs):
-        if isinstance(globs, str):
-            globs = [globs]
-        self.modules = [(p, m) for p, m in model.named_modules()
-                        if p and (globs is None or any(fnmatch.fnmatchcase(p, g) for g in globs))]
+        self.modules = selected_modules(model, globs)
         self.calls = []      # (path, call index, args, kwargs), in forward order
         self.grad_out = {}   # (path, call index) -> gradients of its outputs
         self._count, self._pending = {}, {}

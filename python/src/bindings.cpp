@@ -194,9 +194,12 @@ NB_MODULE(_core, m) {
              const std::string& reason) {
             a.rules.push_back({glob, spec, reason});
           },
-          "glob"_a, "spec"_a, "reason"_a = "")
-      // Resolved now, so that a bad option raises before any tensor is touched.
-      .def("check", [](const JudgeArguments& a) { resolve_options(a); });
+          "glob"_a, "spec"_a, "reason"_a = "");
+
+  // The options resolved from the arguments (the policy file read once), before any tensor
+  // is handed over: a bad option raises first. Opaque: judge and sensitivity take it.
+  nb::class_<JudgeOptions>(m, "JudgeOptions");
+  m.def("resolve_options", &resolve_options, "arguments"_a);
 
   // "rmse", "ulp", "exact" or "abs": the kind of a rule spec (raises on a bad one).
   m.def(
@@ -240,24 +243,23 @@ NB_MODULE(_core, m) {
   // The one judge of every front end: the CLI's `numalign judge` calls the same function.
   m.def(
       "judge",
-      [](const PyTrace& test, const PyTrace& ref, const PyTrace* truth, const JudgeArguments& a) {
-        const JudgeOptions options = resolve_options(a);
+      [](const PyTrace& test, const PyTrace& ref, const PyTrace* truth,
+         const JudgeOptions& options) {
         nb::gil_scoped_release release;
         return judge(test.trace, ref.trace, truth ? &truth->trace : nullptr, options);
       },
-      "test"_a, "ref"_a, "truth"_a.none(), "arguments"_a);
+      "test"_a, "ref"_a, "truth"_a.none(), "options"_a);
 
   m.def(
       "sensitivity",
-      [](const PyTrace& test, const PyTrace& ref, const PyTrace* truth, const JudgeArguments& a,
+      [](const PyTrace& test, const PyTrace& ref, const PyTrace* truth, const JudgeOptions& options,
          std::uint64_t terms) {
-        const JudgeOptions options = resolve_options(a);
         nb::gil_scoped_release release;
         return render_sensitivity_json(sensitivity(test.trace, ref.trace,
                                                    truth ? &truth->trace : nullptr, options,
                                                    {.reduction_terms = terms}));
       },
-      "test"_a, "ref"_a, "truth"_a.none(), "arguments"_a, "terms"_a = 256);
+      "test"_a, "ref"_a, "truth"_a.none(), "options"_a, "terms"_a = 256);
 
   // Replicated tensors across ranks: Python gathers, the core measures and reports.
   nb::class_<RankDifference>(m, "RankDifference")
