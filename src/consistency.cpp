@@ -50,7 +50,7 @@ RankDifference difference_of(const TensorView& mine, const TensorView& rank0, st
   const std::size_t es = element_size(mine.dtype);
   d.value = to_double(mine.dtype, mine.data + d.first_index * es);
   d.rank0_value = to_double(rank0.dtype, rank0.data + d.first_index * es);
-  d.max_ulp = m.floating ? m.ulp.max : static_cast<std::uint64_t>(m.max_abs_ref);
+  d.max_ulp = m.ulp.max;  // exact for integers too: their largest difference
   d.ulp_inf = m.floating && m.ulp.any_inf;
   return d;
 }
@@ -158,7 +158,7 @@ ConsistencyReport consistency_report(const std::vector<std::vector<RankTensorSum
   for (auto& t : report.tensors) {
     std::erase_if(t.differing, [&](const RankDifference& d) {
       return d.problem.empty() && rule.kind == RuleKind::kUlp && !d.ulp_inf &&
-             static_cast<double>(d.max_ulp) <= rule.param;
+             distance_within(d.max_ulp, rule.param);
     });
     t.consistent = t.differing.empty();
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 namespace numalign {
 namespace {
@@ -303,6 +304,50 @@ void ordinals_sign_magnitude(const std::byte* src, std::size_t n, Bits sign, Bit
 }
 
 }  // namespace
+
+namespace {
+
+// |a - b| of integers of type T, exact: the wider of the two minus the other, in uint64
+// (two's complement wraps to the true difference, which always fits).
+template <typename T>
+void distance_as(const std::byte* a, const std::byte* b, std::size_t n, std::uint64_t* out) {
+  for (std::size_t i = 0; i < n; ++i) {
+    T x, y;
+    std::memcpy(&x, a + i * sizeof(T), sizeof(T));
+    std::memcpy(&y, b + i * sizeof(T), sizeof(T));
+    out[i] = x >= y ? static_cast<std::uint64_t>(x) - static_cast<std::uint64_t>(y)
+                    : static_cast<std::uint64_t>(y) - static_cast<std::uint64_t>(x);
+  }
+}
+
+}  // namespace
+
+void integer_distance_block(DType dtype, const std::byte* a, const std::byte* b, std::size_t n,
+                            std::uint64_t* out) {
+  switch (dtype) {
+    case DType::BOOL:
+      for (std::size_t i = 0; i < n; ++i) out[i] = (a[i] != std::byte{0}) != (b[i] != std::byte{0});
+      return;
+    case DType::U8:
+      return distance_as<std::uint8_t>(a, b, n, out);
+    case DType::I8:
+      return distance_as<std::int8_t>(a, b, n, out);
+    case DType::U16:
+      return distance_as<std::uint16_t>(a, b, n, out);
+    case DType::I16:
+      return distance_as<std::int16_t>(a, b, n, out);
+    case DType::U32:
+      return distance_as<std::uint32_t>(a, b, n, out);
+    case DType::I32:
+      return distance_as<std::int32_t>(a, b, n, out);
+    case DType::U64:
+      return distance_as<std::uint64_t>(a, b, n, out);
+    case DType::I64:
+      return distance_as<std::int64_t>(a, b, n, out);
+    default:
+      throw std::logic_error("integer_distance_block: not an integer dtype");
+  }
+}
 
 void decode_block(DType dtype, const std::byte* src, std::size_t n, double* out) {
   switch (dtype) {

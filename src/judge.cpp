@@ -245,6 +245,18 @@ std::string title_of(const Trace& test, const Trace& ref, const Trace* truth) {
   return "test:  " + label(&test) + "\nref:   " + label(&ref) + "\ntruth: " + label(truth);
 }
 
+// Why no tensor of ref was judged ("" when some was): a judgement of nothing is no pass.
+std::string nothing_judged(const Trace& ref, const std::vector<TensorTriple>& triples,
+                           const std::vector<std::string>& only) {
+  for (const auto& t : triples) {
+    if (t.ref) return "";
+  }
+  if (ref.entries().empty()) return "nothing was judged: ref holds no tensors";
+  std::string globs;
+  for (const auto& g : only) globs += (globs.empty() ? "" : ", ") + g;
+  return "nothing was judged: no tensor of ref matches only / --only (" + globs + ")";
+}
+
 void adopt_tags(const TraceMetadata& ref, Report& report) {
   if (ref.tags.empty()) return;
   for (auto& r : report.tensors) {
@@ -275,9 +287,8 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
                                 " tensor(s) of ref are missing from truth");
     }
   }
-  if (options.only.size() && triples.empty()) {
-    report.warnings.push_back("no tensor of ref matches --only");
-  }
+  if (const std::string why = nothing_judged(ref, triples, options.only); !why.empty())
+    report.could_not_judge.push_back(why);
   auto meta = [](const Trace* t) { return t && t->metadata() ? &*t->metadata() : nullptr; };
   add_metadata_warnings(meta(&test), meta(&ref), meta(truth), report);
   if (ref.metadata()) {

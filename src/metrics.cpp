@@ -150,6 +150,7 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
   const std::size_t us = with_truth ? element_size(in.truth->dtype) : 0;
   double t[kBlock], r[kBlock], u[kBlock];
   std::int64_t ot[kBlock], orf[kBlock];
+  std::uint64_t int_distance[kBlock];
   bool nt[kBlock], nr[kBlock];
   for (std::uint64_t base = begin; base < end; base += kBlock) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, end - base));
@@ -162,18 +163,25 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
     if (floating) {
       ordinal_block(dt, tp, n, ot, nt);
       ordinal_block(dt, rp, n, orf, nr);
+    } else {
+      integer_distance_block(dt, tp, rp, n, int_distance);
     }
     for (std::size_t i = 0; i < n; ++i) {
       p.bits_differ += std::memcmp(tp + i * es, rp + i * es, es) != 0;
+      p.not_close += !torch_isclose(dt, r[i], t[i], opt.tol, opt.tol, opt.equal_nan);
+      if (!floating) {  // exact distances (finish() reads max |test - ref| from them)
+        const std::uint64_t d = int_distance[i];
+        p.values_differ += d != 0;
+        if (d > p.ulp.max) {
+          p.ulp.max = d;
+          p.ulp.max_index = base + i;
+        }
+        continue;
+      }
       const double diff = std::fabs(t[i] - r[i]);
       if (diff > p.max_abs_ref) {
         p.max_abs_ref = diff;
         p.max_abs_ref_index = base + i;
-      }
-      p.not_close += !torch_isclose(dt, r[i], t[i], opt.tol, opt.tol, opt.equal_nan);
-      if (!floating) {
-        p.values_differ += t[i] != r[i];
-        continue;
       }
       if (nt[i] || nr[i]) {
         if (nt[i] && nr[i] && opt.equal_nan) {
@@ -242,6 +250,10 @@ Metrics finish(const MetricsInput& in, const Partial& p) {
   m.floating = is_floating(in.test->dtype);
   m.max_abs_ref = std::max(p.max_abs_ref, 0.0);
   m.max_abs_ref_index = p.max_abs_ref_index;
+  if (!m.floating) {  // integers: the exact largest distance, shown rounded to a double
+    m.max_abs_ref = static_cast<double>(p.ulp.max);
+    m.max_abs_ref_index = p.ulp.max_index;
+  }
   m.not_close = p.not_close;
   m.bits_differ = p.bits_differ;
   m.values_differ = p.values_differ;

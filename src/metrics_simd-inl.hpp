@@ -59,7 +59,6 @@ HWY_INLINE VU Distance64(VU a, VU b) {
 template <class T>
 class InPlace {
  public:
-  static constexpr bool kFloating = true;
   static constexpr bool kBlockDistances = false;
   explicit InPlace(DType) {}
   void Start(const std::byte* t, const std::byte* r, std::size_t) {
@@ -312,37 +311,33 @@ class Fp8Codec : public InPlace<std::uint8_t> {
   HWY_ALIGN std::uint16_t distances_[kBlock];
 };
 
-// Every other dtype (integers, f16 without hardware conversion): the scalar block
-// decoders fill buffers once per block, and the vectors are read from them.
-template <bool kIsFloating>
+// Every other floating dtype (f16 without hardware conversion): the scalar block decoders
+// fill buffers once per block, and the vectors are read from them. (Integers take the scalar
+// path: their distances are exact 64-bit integers, which vectors of doubles are not.)
 class BufferedCodec {
  public:
-  static constexpr bool kFloating = kIsFloating;
   static constexpr bool kBlockDistances = false;
   explicit BufferedCodec(DType dtype) : dtype_(dtype) {}
   bool special() const { return false; }  // NaN and Inf decode as such: the sums see them
   void Start(const std::byte* t, const std::byte* r, std::size_t n) {
     decode_block(dtype_, t, n, test_);
     decode_block(dtype_, r, n, ref_);
-    if constexpr (kIsFloating) {
-      std::int64_t ot[kBlock], orf[kBlock];
-      bool nan_t[kBlock], nan_r[kBlock];  // NaN blocks are redone by the scalar path
-      ordinal_block(dtype_, t, n, ot, nan_t);
-      ordinal_block(dtype_, r, n, orf, nan_r);
-      for (std::size_t i = 0; i < n; ++i) distance_[i] = ordinal_distance(ot[i], orf[i]);
-    }
+    std::int64_t ot[kBlock], orf[kBlock];
+    bool nan_t[kBlock], nan_r[kBlock];  // NaN blocks are redone by the scalar path
+    ordinal_block(dtype_, t, n, ot, nan_t);
+    ordinal_block(dtype_, r, n, orf, nan_r);
+    for (std::size_t i = 0; i < n; ++i) distance_[i] = ordinal_distance(ot[i], orf[i]);
   }
   Lanes Load(std::size_t i) const {
     const D d;
-    return {hn::Load(d, test_ + i), hn::Load(d, ref_ + i),
-            kIsFloating ? hn::Load(DU(), distance_ + i) : hn::Zero(DU())};
+    return {hn::Load(d, test_ + i), hn::Load(d, ref_ + i), hn::Load(DU(), distance_ + i)};
   }
 
  private:
   DType dtype_;
   HWY_ALIGN double test_[kBlock];
   HWY_ALIGN double ref_[kBlock];
-  HWY_ALIGN std::uint64_t distance_[kIsFloating ? kBlock : 1];
+  HWY_ALIGN std::uint64_t distance_[kBlock];
 };
 
 // Elements whose bit patterns differ, for element sizes 1, 2, 4 and 8.
@@ -560,7 +555,7 @@ struct BlockTotals {
   double sq_err_test = 0, sq_err_ref = 0, sq_truth = 0, sq_test = 0, test_dot_truth = 0;
   double err_sum = 0, probe = 0, max_ref = 0, max_truth = 0;
   std::uint64_t largest = 0;  // ULP distance
-  std::uint64_t far = 0, undecided = 0, differ = 0, t_equal = 0, r_equal = 0;
+  std::uint64_t far = 0, undecided = 0, t_equal = 0, r_equal = 0;
   std::uint64_t test_over = 0, test_under = 0, ref_over = 0, ref_under = 0;
 };
 
@@ -586,11 +581,9 @@ struct BlockAccumulators {
     undecided += hn::CountTrue(d, lines.Undecided(diff, at, far_lanes));
     if constexpr (Codec::kBlockDistances) {
       // taken by Start
-    } else if constexpr (Codec::kFloating) {  // values that differ: counted by the histogram
+    } else {  // values that differ: counted by the histogram
       largest = hn::Max(largest, v.distance);
       hn::Store(v.distance, du, dist + i);
-    } else {
-      differ += hn::CountTrue(d, hn::Ne(v.test, v.ref));
     }
     if constexpr (kTruth) {
       if (u_ahead) __builtin_prefetch(u_ahead + i, 0, 3);
@@ -632,12 +625,11 @@ struct BlockAccumulators {
     b.max_truth = kTruth ? hn::GetLane(hn::MaxOfLanes(d, max_truth)) : 0;
     if constexpr (Codec::kBlockDistances) {
       b.largest = codec.largest();
-    } else if constexpr (Codec::kFloating) {
+    } else {
       b.largest = hn::GetLane(hn::MaxOfLanes(DU(), largest));
     }
     b.far = far;
     b.undecided = undecided;
-    b.differ = differ;
     b.t_equal = t_equal;
     b.r_equal = r_equal;
     b.test_over = test_over;
@@ -661,7 +653,7 @@ struct BlockAccumulators {
         err_sum(hn::Zero(D())),
         probe(hn::Zero(D())) {}
 
-  std::uint64_t far = 0, undecided = 0, differ = 0, t_equal = 0, r_equal = 0;
+  std::uint64_t far = 0, undecided = 0, t_equal = 0, r_equal = 0;
   std::uint64_t test_over = 0, test_under = 0, ref_over = 0, ref_under = 0;
   VU largest;
   VD max_ref, max_truth, sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth, err_sum;
@@ -712,7 +704,6 @@ HWY_INLINE void AddTestVsRef(const BlockTotals& b, const Codec& codec, const std
   const D d;
   if (HWY_UNLIKELY(b.undecided > 0)) p.not_close += NotCloseInBand(codec, n, lines, dt, opt);
   p.not_close += b.far;
-  p.values_differ += b.differ;
   p.bits_differ += CountBitsDiffer(element_size(dt), tp, rp, n);
   // A larger maximum than all before: find where it first occurs in this block.
   if (b.max_ref > p.max_abs_ref) {
@@ -724,7 +715,7 @@ HWY_INLINE void AddTestVsRef(const BlockTotals& b, const Codec& codec, const std
   }
   if constexpr (Codec::kBlockDistances) {
     AddUlp(codec.distances(), n, b.largest, base, p);
-  } else if constexpr (Codec::kFloating) {
+  } else {
     AddUlp(dist, n, b.largest, base, p);
   }
 }

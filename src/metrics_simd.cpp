@@ -36,7 +36,7 @@ Partial AccumulateDispatch(const MetricsInput& in, const MetricOptions& opt, con
 #if HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)
       return AccumulateWith<HalfCodec<DType::F16>, kTruth>(in, opt, band, begin, end);
 #else
-      return AccumulateWith<BufferedCodec<true>, kTruth>(in, opt, band, begin, end);
+      return AccumulateWith<BufferedCodec, kTruth>(in, opt, band, begin, end);
 #endif
     case DType::F32:
       return AccumulateWith<F32Codec, kTruth>(in, opt, band, begin, end);
@@ -49,9 +49,7 @@ Partial AccumulateDispatch(const MetricsInput& in, const MetricOptions& opt, con
     case DType::F8_E5M2FNUZ:
       return AccumulateWith<Fp8Codec, kTruth>(in, opt, band, begin, end);
     default:
-      return is_floating(in.test->dtype)
-                 ? AccumulateWith<BufferedCodec<true>, kTruth>(in, opt, band, begin, end)
-                 : AccumulateWith<BufferedCodec<false>, kTruth>(in, opt, band, begin, end);
+      return AccumulateWith<BufferedCodec, kTruth>(in, opt, band, begin, end);
   }
 }
 
@@ -59,6 +57,9 @@ Partial Accumulate(const MetricsInput& in, const MetricOptions& opt, std::uint64
                    std::uint64_t end) {
   // The allclose bands above assume a non-negative tolerance; anything else is exotic.
   if (!(opt.tol >= 0)) return accumulate_scalar(in, opt, begin, end);
+  // Integers compare exactly, in 64-bit integer arithmetic: the scalar path (vectors of
+  // doubles cannot tell 2^53 from 2^53 + 1).
+  if (!is_floating(in.test->dtype)) return accumulate_scalar(in, opt, begin, end);
   const std::uint64_t simd_end = begin + (end - begin) / hn::Lanes(D()) * hn::Lanes(D());
   const CloseBand band = close_band(in.test->dtype, opt.tol);
   Partial p = in.truth ? AccumulateDispatch<true>(in, opt, band, begin, simd_end)

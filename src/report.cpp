@@ -18,7 +18,7 @@ std::size_t Report::count(VerdictKind k) const {
 }
 
 ExitCode Report::exit_code() const {
-  if (count(VerdictKind::kError)) return kCouldNotJudge;
+  if (!could_not_judge.empty() || count(VerdictKind::kError)) return kCouldNotJudge;
   return count(VerdictKind::kFail) ? kNotAligned : kAligned;
 }
 
@@ -153,7 +153,9 @@ std::string opt_number(const std::optional<double>& v) { return v ? format_numbe
 std::string render_summary(const Report& r) {
   const std::size_t n = r.tensors.size(), f = r.count(VerdictKind::kFail),
                     e = r.count(VerdictKind::kError);
-  std::string s = r.aligned() ? "ALIGNED" : (e ? "COULD NOT JUDGE" : "NOT ALIGNED");
+  const bool whole = !r.could_not_judge.empty();
+  std::string s = r.aligned() ? "ALIGNED" : (e || whole ? "COULD NOT JUDGE" : "NOT ALIGNED");
+  if (whole) s += " (" + printable(r.could_not_judge.front()) + ")";
   s += ": " + std::to_string(n - f - e) + " of " + std::to_string(n) + " tensors pass";
   if (f) s += ", " + std::to_string(f) + " fail";
   if (e) s += ", " + std::to_string(e) + " could not be judged";
@@ -203,6 +205,11 @@ std::string ranking_text(const std::vector<ModuleRank>& ranking) {
 
 std::string render_text(const Report& report, bool verbose) {
   std::string out;
+  if (!report.could_not_judge.empty()) {  // the reason the verdict means nothing comes first
+    out += "could not judge this run:\n";
+    for (const auto& why : report.could_not_judge) out += "  - " + printable(why) + "\n";
+    out += "\n";
+  }
   if (report.first_failing)
     out += "first tensor that differs: " + printable(*report.first_failing) + "\n\n";
   if (!report.ranking.empty()) out += ranking_text(report.ranking);
@@ -416,6 +423,9 @@ std::string render_json(const Report& report) {
   w.key("warnings").begin_array();
   for (const auto& s : report.warnings) w.string(s);
   w.end_array();
+  w.key("could_not_judge").begin_array();
+  for (const auto& s : report.could_not_judge) w.string(s);
+  w.end_array();
   if (report.first_divergence) {
     w.key("first_divergence").begin_object();
     const std::pair<const char*, const std::optional<DivergencePoint>*> directions[] = {
@@ -467,13 +477,20 @@ std::string render_json(const Report& report) {
 std::string render_junit(const Report& report) {
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   const std::size_t f = report.count(VerdictKind::kFail), e = report.count(VerdictKind::kError);
+  const std::size_t whole = report.could_not_judge.empty() ? 0 : 1;
   out += "<testsuites><testsuite name=\"numalign\" tests=\"" +
-         std::to_string(report.tensors.size()) + "\" failures=\"" + std::to_string(f) +
-         "\" errors=\"" + std::to_string(e) + "\">\n";
+         std::to_string(report.tensors.size() + whole) + "\" failures=\"" + std::to_string(f) +
+         "\" errors=\"" + std::to_string(e + whole) + "\">\n";
   if (!report.warnings.empty()) {
     out += "<system-out>";
     for (const auto& w : report.warnings) out += detail::markup_escape("warning: " + w) + "\n";
     out += "</system-out>\n";
+  }
+  if (whole) {  // the run itself, so that a CI dashboard shows an error and not a green 0/0
+    std::string why;
+    for (const auto& w : report.could_not_judge) why += (why.empty() ? "" : "; ") + w;
+    out += "<testcase classname=\"numalign\" name=\"(the run)\"><error message=\"" +
+           detail::markup_escape("could not judge: " + why) + "\"/></testcase>\n";
   }
   for (const auto& r : report.tensors) {
     out += "<testcase classname=\"numalign." + detail::markup_escape(r.rule) + "\" name=\"" +

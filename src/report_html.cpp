@@ -276,15 +276,23 @@ document.querySelectorAll('#tensors th').forEach(function (th, col) {
 
 std::string render_html(const Report& report) {
   const bool aligned = report.aligned();
+  const char* word = aligned                                ? "aligned"
+                     : report.exit_code() == kCouldNotJudge ? "could not judge"
+                                                            : "not aligned";
   std::string s =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
       "<title>numalign: " +
-      std::string(aligned ? "aligned" : "not aligned") + "</title>\n" + kStyle + "</head><body>\n";
+      std::string(word) + "</title>\n" + kStyle + "</head><body>\n";
   s += "<h1 class=\"" + std::string(aligned ? "pass" : "fail") + "\">" +
        escape(render_summary(report)) + "</h1>\n";
   if (!report.title.empty() || !report.settings.empty()) {
     s += "<pre>" + escape(report.title) + (report.title.empty() ? "" : "\n") +
          escape(report.settings.empty() ? "" : "settings: " + report.settings) + "</pre>\n";
+  }
+  if (!report.could_not_judge.empty()) {
+    s += "<h2>Could not judge this run</h2>\n<ul id=\"could-not-judge\">";
+    for (const auto& w : report.could_not_judge) s += "<li>" + escape(w) + "</li>";
+    s += "</ul>\n";
   }
   if (report.first_divergence) {
     s += "<h2>First divergence</h2>\n<div class=\"divergence\" id=\"first-divergence\">" +

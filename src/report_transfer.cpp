@@ -271,6 +271,8 @@ std::string encode_report(const Report& report) {
   w.put(report.settings);
   w.put<std::uint64_t>(report.warnings.size());
   for (const auto& s : report.warnings) w.put(s);
+  w.put<std::uint64_t>(report.could_not_judge.size());
+  for (const auto& s : report.could_not_judge) w.put(s);
   w.put(report.first_divergence.has_value());
   if (report.first_divergence) {
     put_point(w, report.first_divergence->forward);
@@ -298,6 +300,8 @@ Report decode_report(std::string_view bytes, const std::string& where) {
   report.settings = r.text();
   report.warnings.resize(r.count(sizeof(std::uint64_t)));
   for (auto& s : report.warnings) s = r.text();
+  report.could_not_judge.resize(r.count(sizeof(std::uint64_t)));
+  for (auto& s : report.could_not_judge) s = r.text();
   if (r.flag()) {
     FirstDivergence d;
     d.forward = get_point(r);
@@ -345,6 +349,7 @@ Report merge_reports(std::vector<ReportPart> parts, std::string title) {
                                 ") than " + parts.front().prefix + " (" + merged.settings + ")");
     }
     for (const auto& w : report.warnings) merged.warnings.push_back(label + ": " + w);
+    for (const auto& w : report.could_not_judge) merged.could_not_judge.push_back(label + ": " + w);
     if (report.first_divergence) {
       // Ranks run side by side: the first divergence is the lowest rank's that has one.
       FirstDivergence d = std::move(*report.first_divergence);

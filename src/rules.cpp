@@ -156,6 +156,12 @@ RuleChoice choose_rule(const std::string& name, DType dtype, const JudgeOptions&
   return c;
 }
 
+bool distance_within(std::uint64_t distance, double bound) {
+  if (!(bound >= 0)) return false;
+  if (bound >= 18446744073709551616.0) return true;  // 2^64: beyond every distance
+  return distance <= static_cast<std::uint64_t>(std::floor(bound));
+}
+
 bool bias_check_fails(const Metrics& m) {
   if (!m.has_truth || m.test_differs_truth == 0) return false;
   const double noise = 4.0 / std::sqrt(static_cast<double>(m.test_differs_truth));
@@ -243,12 +249,9 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
       break;
     case RuleKind::kUlp: {
       v.limit = rule.param;
-      if (!m.floating) {  // integers: the distance is the difference of the values
-        v.ratio = m.max_abs_ref;
-      } else {
-        v.ratio = m.ulp.any_inf ? INFINITY : static_cast<double>(m.ulp.max);
-      }
-      const bool pass = *v.ratio <= rule.param;
+      // Integers too: ulp.max is their exact largest difference (K is an integer).
+      v.ratio = m.ulp.any_inf ? INFINITY : static_cast<double>(m.ulp.max);
+      const bool pass = !m.ulp.any_inf && distance_within(m.ulp.max, rule.param);
       v.kind = pass ? VerdictKind::kPass : VerdictKind::kFail;
       v.reason = (m.ulp.any_inf ? std::string("NaN against a number; ") : std::string()) +
                  "max ULP " + format_number(*v.ratio) + (pass ? " <= " : " > ") +
@@ -271,7 +274,9 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
       const bool has_nan = m.test_nonfinite.nan + m.ref_nonfinite.nan > 0;
       const bool nan_ok = o.equal_nan && m.ulp.hist[kUlpInfBin] == 0;
       v.ratio = (has_nan && !nan_ok) ? NAN : m.max_abs_ref;
-      const bool pass = !(has_nan && !nan_ok) && m.max_abs_ref <= rule.param;
+      const bool within_x =
+          m.floating ? m.max_abs_ref <= rule.param : distance_within(m.ulp.max, rule.param);
+      const bool pass = !(has_nan && !nan_ok) && within_x;
       v.kind = pass ? VerdictKind::kPass : VerdictKind::kFail;
       v.reason = (has_nan && !nan_ok) ? std::string("NaN in test or ref")
                                       : "max |test - ref| " + format_number(m.max_abs_ref) +

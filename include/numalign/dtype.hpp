@@ -87,5 +87,9 @@ void decode_block(DType dtype, const std::byte* src, std::size_t n, double* out)
 // For floating types: the ordinals and a NaN flag per element.
 void ordinal_block(DType dtype, const std::byte* src, std::size_t n, std::int64_t* ordinals,
                    bool* nan);
+// For integer and bool types: |a[i] - b[i]| exactly, for every width (never through double,
+// which cannot tell 2^53 from 2^53 + 1); a bool is 0 or 1.
+void integer_distance_block(DType dtype, const std::byte* a, const std::byte* b, std::size_t n,
+                            std::uint64_t* distances);
 
 }  // namespace numalign

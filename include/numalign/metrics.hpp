@@ -69,12 +69,14 @@ struct Metrics {
   std::uint64_t ref_differs_truth = 0;
 
   // Test and ref.
-  double max_abs_ref = 0;
+  double max_abs_ref = 0;  // for integers, the exact ulp.max rounded to a double
   std::uint64_t max_abs_ref_index = 0;
   std::uint64_t not_close = 0;      // elements outside allclose(ref, test, tol, tol, equal_nan)
   std::uint64_t bits_differ = 0;    // elements whose bit patterns differ
   std::uint64_t values_differ = 0;  // elements whose ULP distance is not 0
-  UlpStats ulp;                     // floating types only
+  // Floating types: distances in ULPs, with a histogram. Integers: max / max_index only,
+  // the exact largest |test - ref| (an integer's unit is 1).
+  UlpStats ulp;
 
   NonFinite test_nonfinite, ref_nonfinite, truth_nonfinite;
   MagnitudeProfile magnitude;  // with a truth, when MetricOptions::magnitude_profile

@@ -59,6 +59,9 @@ struct Report {
   std::string settings;  // "rule rmse, tol 1e-04"
   std::vector<TensorResult> tensors;
   std::vector<std::string> warnings;
+  // Why the run as a whole cannot be judged, whatever its tensors say (nothing was judged,
+  // the computations were random, ...): any reason here makes the verdict COULD NOT JUDGE.
+  std::vector<std::string> could_not_judge;
   // Present when the reference trace records modules and execution order.
   std::optional<FirstDivergence> first_divergence;
   // Modules by their own worst ratio / limit, worst first (ReportSections::module_ranking).
@@ -67,7 +70,10 @@ struct Report {
   std::optional<std::string> first_failing;
 
   std::size_t count(VerdictKind k) const;
-  bool aligned() const { return count(VerdictKind::kFail) == 0 && count(VerdictKind::kError) == 0; }
+  bool aligned() const {
+    return could_not_judge.empty() && count(VerdictKind::kFail) == 0 &&
+           count(VerdictKind::kError) == 0;
+  }
   ExitCode exit_code() const;
   // The failing (or erroring) tensor with the largest ratio/limit; null when none.
   const TensorResult* worst() const;

@@ -98,6 +98,10 @@ RuleChoice choose_rule(const std::string& name, DType dtype, const JudgeOptions&
 Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorView& ref,
                  const TensorView* truth, const Metrics& metrics, const JudgeOptions& options);
 
+// distance <= bound, exactly: an integer distance (ULPs, or an integer tensor's difference)
+// is never rounded to a double first (2^53 + 1 <= 2^53 must be false).
+bool distance_within(std::uint64_t distance, double bound);
+
 // The bias check (docs/architecture.md, "Metrics and the bias check"): |EB(test)| above both
 // 4/sqrt(#(t != u)) and 2|EB(ref)| + 0.05.
 bool bias_check_fails(const Metrics& metrics);

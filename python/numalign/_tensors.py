@@ -91,12 +91,14 @@ def map_tensors(obj, fn):
 
 def flatten(obj, prefix: str = "") -> dict:
     """Nested outputs as {dotted name: tensor}: dicts (keys), lists / tuples (indices),
-    namedtuples and dataclasses (fields), HF-style ModelOutput (its keys), Trace objects."""
+    namedtuples and dataclasses (fields), HF-style ModelOutput (its keys), Trace objects.
+    Two paths that give one dotted name (``{"a.b": x, "a": {"b": y}}``) are a ValueError:
+    one would silently hide the other."""
     if not prefix and type(obj) is dict and all(
             type(k) is str and is_tensor(v) for k, v in obj.items()):
         return dict(obj)  # the common case, a state dict: nothing to flatten
     out: dict = {}
-    _flatten_into(obj, prefix, out)
+    _flatten_into(obj, prefix, (), out, {})
     return out
 
 
@@ -104,25 +106,38 @@ def _join(prefix, key):
     return f"{prefix}.{key}" if prefix else str(key)
 
 
-def _flatten_into(obj, prefix, out):
+def _put(out, paths, name, path, value):
+    if name in out:
+        raise ValueError(f"two outputs flatten to the name {name!r}: {_describe(paths[name])} "
+                         f"and {_describe(path)}; rename one of them")
+    out[name] = value
+    paths[name] = path
+
+
+def _describe(path) -> str:
+    return "".join(f"[{k!r}]" for k in path) or "the output itself"
+
+
+def _flatten_into(obj, prefix, path, out, paths):
     if obj is None:
         return
     if is_tensor(obj):
-        out[prefix or "output"] = obj
+        _put(out, paths, prefix or "output", path, obj)
     elif isinstance(obj, Mapping):  # dict, OrderedDict, ModelOutput, Trace
         for k, v in obj.items():
-            _flatten_into(v, _join(prefix, k), out)
+            _flatten_into(v, _join(prefix, k), path + (k,), out, paths)
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
         for k in obj._fields:
-            _flatten_into(getattr(obj, k), _join(prefix, k), out)
+            _flatten_into(getattr(obj, k), _join(prefix, k), path + (k,), out, paths)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            _flatten_into(v, _join(prefix, i), out)
+            _flatten_into(v, _join(prefix, i), path + (i,), out, paths)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
-            _flatten_into(getattr(obj, f.name), _join(prefix, f.name), out)
+            _flatten_into(getattr(obj, f.name), _join(prefix, f.name), path + (f.name,), out, paths)
     elif isinstance(obj, (bool, int, float)):
-        out[prefix or "output"] = np.asarray(obj, dtype=np.float64 if isinstance(obj, float) else None)
+        value = np.asarray(obj, dtype=np.float64 if isinstance(obj, float) else None)
+        _put(out, paths, prefix or "output", path, value)
     else:
         raise TypeError(f"{prefix or 'output'!r}: cannot judge a {type(obj).__name__} "
                         "(expected tensors, arrays, or dict / list / tuple / dataclass of them)")

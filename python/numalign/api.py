@@ -87,7 +87,9 @@ def assert_aligned(test, ref, truth=None, **options) -> Report:
     report = judge(test, ref, truth, **options)
     if not report.aligned:
         worst = report.summary.get("worst")
-        head = f"not aligned: {worst}" if worst else "not aligned"
+        why = report.could_not_judge
+        head = (f"could not judge: {'; '.join(why)}" if why
+                else f"not aligned: {worst}" if worst else "not aligned")
         raise AssertionError(f"{head}\n{report}")
     return report
 

@@ -36,6 +36,12 @@ class Report:
         return list(self._data["warnings"])
 
     @property
+    def could_not_judge(self) -> list:
+        """Why the run as a whole cannot be judged (e.g. nothing was judged): when not
+        empty, the report is not aligned whatever its tensors say (exit code 2)."""
+        return list(self._data["could_not_judge"])
+
+    @property
     def first_divergence(self):
         """``{"forward": point, "backward": point}`` for traces that record modules (from
         ``capture.trace_model``), each point ``None`` or ``{"tensor", "module",

@@ -169,6 +169,16 @@ TEST_F(ConsistencyTest, IntegersCompareByTheirDifference) {
   EXPECT_TRUE(check("ulp:3").consistent());
 }
 
+// 64-bit integers differ by 1 where doubles cannot tell them apart (2^53 + 1 is no double).
+TEST_F(ConsistencyTest, SixtyFourBitIntegersCompareExactly) {
+  add_rank({tensor<std::int64_t>("i", DType::I64, {1}, {std::int64_t{1} << 53})});
+  add_rank({tensor<std::int64_t>("i", DType::I64, {1}, {(std::int64_t{1} << 53) + 1})});
+  const ConsistencyReport report = check("ulp:0");
+  EXPECT_FALSE(report.consistent());
+  EXPECT_EQ(find(report, "i").differing.at(0).max_ulp, 1u);
+  EXPECT_TRUE(check("ulp:1").consistent());
+}
+
 TEST_F(ConsistencyTest, MissingMismatchedAndExtraTensorsAreInconsistent) {
   add_rank({f32("same", ramp(4)), f32("gone", ramp(4)), f32("retyped", ramp(4)),
             f32("reshaped", ramp(8), {2, 4})});

@@ -198,5 +198,39 @@ TEST_F(InMemoryRunTest, IsolatedModulesAreRankedWorstFirstWithoutAFirstDivergenc
   EXPECT_EQ(groups[1].max_ratio, 36.0);
 }
 
+// A judgement that judged nothing is no pass (issue: "fail closed"): an empty ref, an `only`
+// that matches nothing, and a ref with nothing in common with a failing test all say why.
+TEST_F(InMemoryRunTest, NothingJudgedCannotBeAligned) {
+  const Buffer& one = values(DType::F32, std::vector<double>(16, 1.0));
+  const Buffer& bad = values(DType::F32, std::vector<double>(16, 9.0));
+  const Trace test = run({{"a", &bad}});
+  const Trace empty = run({});
+  const Trace ref = run({{"a", &one}});
+  const Report no_ref = judge(test, empty, nullptr, JudgeOptions{});
+  EXPECT_FALSE(no_ref.aligned());
+  EXPECT_EQ(no_ref.exit_code(), kCouldNotJudge);
+  ASSERT_EQ(no_ref.could_not_judge.size(), 1u);
+  EXPECT_NE(no_ref.could_not_judge[0].find("ref holds no tensors"), std::string::npos)
+      << no_ref.could_not_judge[0];
+  EXPECT_EQ(render_summary(no_ref).rfind("COULD NOT JUDGE", 0), 0u) << render_summary(no_ref);
+
+  JudgeOptions only;
+  only.only = {"nothing*"};
+  const Report filtered = judge(test, ref, nullptr, only);
+  EXPECT_EQ(filtered.exit_code(), kCouldNotJudge);
+  ASSERT_EQ(filtered.could_not_judge.size(), 1u);
+  EXPECT_NE(filtered.could_not_judge[0].find("nothing*"), std::string::npos);
+  EXPECT_NE(render_text(filtered).find("could not judge"), std::string::npos);
+  EXPECT_NE(render_json(filtered).find("\"could_not_judge\""), std::string::npos);
+  EXPECT_NE(render_junit(filtered).find("<error"), std::string::npos) << render_junit(filtered);
+
+  // Judging both empty is as empty: nothing was compared.
+  EXPECT_EQ(judge(empty, empty, nullptr, JudgeOptions{}).exit_code(), kCouldNotJudge);
+  // A ref tensor with no test counterpart still fails by name: that is a judgement.
+  const Report missing = judge(empty, ref, nullptr, JudgeOptions{});
+  EXPECT_EQ(missing.exit_code(), kNotAligned);
+  EXPECT_TRUE(missing.could_not_judge.empty());
+}
+
 }  // namespace
 }  // namespace numalign

@@ -1,0 +1,95 @@
+"""test_fail_closed.py: verdicts that must not say ALIGNED (issue "Verdicts that fail closed"):
+a judgement of nothing, names that collide when flattened, ..."""
+import json
+
+import numpy as np
+import pytest
+
+import numalign
+from numalign import Trace
+
+
+def _save(path, tensors):
+    Trace(tensors).save(str(path))
+    return str(path)
+
+
+# --- nothing judged is "could not judge", never a pass -----------------------------------
+
+
+def test_empty_ref_with_a_failing_test_could_not_judge(tmp_path):
+    bad = {"a": np.full(8, 9.0, np.float32)}
+    report = numalign.judge(bad, {}, None)
+    assert not report.aligned and report.exit_code == 2
+    assert report.could_not_judge == ["nothing was judged: ref holds no tensors"]
+    with pytest.raises(AssertionError, match="could not judge: nothing was judged"):
+        numalign.assert_aligned(bad, {}, None)
+
+
+def test_only_matching_nothing_could_not_judge(tmp_path):
+    x = {"a": np.ones(8, np.float32)}
+    report = numalign.judge(x, x, None, rules="exact", only=["zzz*"])
+    assert report.exit_code == 2
+    assert "zzz*" in report.could_not_judge[0]
+    assert str(report).startswith("could not judge this run:")
+    assert str(report).rstrip().splitlines()[-1].startswith("COULD NOT JUDGE (nothing was judged")
+
+
+def test_cli_only_matching_nothing_and_empty_index_exit_2(tmp_path, cli):
+    ref = _save(tmp_path / "ref.safetensors", {"a": np.ones(8, np.float32)})
+    test = _save(tmp_path / "test.safetensors", {"a": np.full(8, 3.0, np.float32)})
+    proc = cli("judge", test, ref, "--rule", "exact", "--only", "nope")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "COULD NOT JUDGE" in proc.stdout
+    # An index whose weight_map is empty is a trace of nothing.
+    index = tmp_path / "empty.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    for fmt in ("text", "json", "junit"):
+        proc = cli("judge", test, str(index), "--rule", "exact", "--format", fmt)
+        assert proc.returncode == 2, (fmt, proc.stdout + proc.stderr)
+    proc = cli("judge", test, str(index), "--rule", "exact", "--format", "json")
+    out = json.loads(proc.stdout)
+    assert out["aligned"] is False and out["could_not_judge"]
+
+
+def test_a_missing_test_tensor_still_fails_by_name():
+    report = numalign.judge({}, {"a": np.ones(4, np.float32)}, None, rules="exact")
+    assert report.exit_code == 1 and report.could_not_judge == []
+    assert report["a"]["reason"] == "missing from test"
+
+
+# --- flattening refuses names that collide ------------------------------------------------
+
+
+def test_nested_names_that_collide_are_refused():
+    good, bad = np.ones(4, np.float32), np.full(4, 5.0, np.float32)
+    with pytest.raises(ValueError, match=r"'a\.b'.*\['a\.b'\].*\['a'\]\['b'\]"):
+        numalign.judge({"a.b": bad, "a": {"b": good}}, {"a.b": good}, None, rules="exact")
+    with pytest.raises(ValueError, match="collide|flatten to the name '0'"):
+        numalign.judge({0: good, "0": bad}, {"0": good}, None, rules="exact")
+    with pytest.raises(ValueError, match="flatten to the name 'x.0'"):
+        Trace({"x": [good], "x.0": bad})
+
+
+# --- integers of every width are compared exactly ------------------------------------------
+
+
+@pytest.mark.parametrize("dtype,test,ref", [
+    (np.int64, 2**53 + 1, 2**53),
+    (np.int64, 2**63 - 1, 2**63 - 2),
+    (np.int64, -2**63 + 1, -2**63),
+    (np.uint64, 2**64 - 1, 2**64 - 1000),
+])
+def test_64_bit_integers_are_not_rounded_through_double(tmp_path, cli, dtype, test, ref):
+    t = _save(tmp_path / "test.safetensors", {"i": np.array([test], dtype)})
+    r = _save(tmp_path / "ref.safetensors", {"i": np.array([ref], dtype)})
+    for rule in ("ulp:0", "abs:0", "exact"):
+        assert cli("judge", t, r, "--rule", rule).returncode == 1, rule
+        assert not numalign.judge(t, r, None, rules=rule).aligned, rule
+    assert cli("consistent", r, t, "--rule", "ulp:0").returncode == 1
+    distance = abs(test - ref)
+    loose = numalign.judge(t, r, None, rules={"*": (f"ulp:{distance}", "the exact distance")})
+    assert loose.aligned, str(loose)
+    if distance > 1:
+        tight = numalign.judge(t, r, None, rules={"*": (f"ulp:{distance - 1}", "one short")})
+        assert not tight.aligned
