@@ -132,6 +132,7 @@ void Partial::merge(const Partial& o) {
     ulp.max_index = o.ulp.max_index;
   }
   ulp.any_inf = ulp.any_inf || o.ulp.any_inf;
+  ulp.both_nan += o.ulp.both_nan;
   for (int b = 0; b < kUlpBins; ++b) ulp.hist[b] += o.ulp.hist[b];
   for (auto [dst, src] : {std::pair{&nf_test, &o.nf_test}, std::pair{&nf_ref, &o.nf_ref},
                           std::pair{&nf_truth, &o.nf_truth}}) {
@@ -184,6 +185,7 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
         p.max_abs_ref_index = base + i;
       }
       if (nt[i] || nr[i]) {
+        p.ulp.both_nan += nt[i] && nr[i];
         if (nt[i] && nr[i] && opt.equal_nan) {
           ++p.ulp.hist[0];
         } else {

@@ -18,7 +18,7 @@ static_assert(std::endian::native == std::endian::little,
               "the report encoding copies integers in the machine's byte order");
 
 // A field added to these structs must be added to the encoding too: these sizes trip first.
-static_assert(sizeof(Metrics) == 824 && sizeof(TensorResult) == 1096,
+static_assert(sizeof(Metrics) == 832 && sizeof(TensorResult) == 1104,
               "Metrics or TensorResult changed: update encode_report/decode_report");
 
 constexpr std::string_view kMagic = "numalign-report/" NUMALIGN_VERSION "\n";
@@ -140,6 +140,7 @@ void put_metrics(Writer& w, const Metrics& m) {
   for (auto v : {m.max_abs_ref_index, m.not_close, m.bits_differ, m.values_differ}) w.put(v);
   w.put(m.ulp.max);
   w.put(m.ulp.any_inf);
+  w.put(m.ulp.both_nan);
   w.put(m.ulp.max_index);
   for (auto v : m.ulp.hist) w.put(v);
   for (const auto* n : {&m.test_nonfinite, &m.ref_nonfinite, &m.truth_nonfinite}) put_counts(w, *n);
@@ -166,6 +167,7 @@ Metrics get_metrics(Reader& r) {
   }
   m.ulp.max = r.get<std::uint64_t>();
   m.ulp.any_inf = r.flag();
+  m.ulp.both_nan = r.get<std::uint64_t>();
   m.ulp.max_index = r.get<std::uint64_t>();
   for (auto& v : m.ulp.hist) v = r.get<std::uint64_t>();
   for (auto* n : {&m.test_nonfinite, &m.ref_nonfinite, &m.truth_nonfinite}) *n = get_counts(r);

@@ -189,6 +189,20 @@ std::string cancellation_note(DType dt, const Metrics& m) {
          "one identical rounding; rmse judges kernels that round at different points)";
 }
 
+// Why a ULP distance is infinite: NaN on one side only, or NaN in both (NaN != NaN unless
+// equal_nan, as in torch).
+std::string nan_words(const Metrics& m, bool equal_nan) {
+  const std::uint64_t infinite = m.ulp.hist[kUlpInfBin];
+  const std::uint64_t both = equal_nan ? 0 : m.ulp.both_nan;
+  std::string s;
+  if (both > 0) {
+    s = "NaN in both test and ref at " + std::to_string(both) +
+        " element(s) (unequal without equal_nan); ";
+  }
+  if (infinite > both) s += "NaN against a number; ";
+  return s;
+}
+
 Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView* truth,
                       const Metrics& m, const JudgeOptions& o) {
   Verdict v;
@@ -218,8 +232,12 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
     v.reason = "ref has NaN; test is allclose to truth at 4e-2 (same()'s NaN escape)";
     return v;
   }
-  if (std::isnan(m.baseline))
-    v.warnings.push_back("found NaN in reference: run it in higher precision");
+  if (std::isnan(m.baseline)) {
+    v.warnings.push_back(m.ref_nonfinite.nan > 0
+                             ? "found NaN in reference: run it in higher precision"
+                             : "RMSE of ref against truth is NaN: ref and truth hold Inf at the "
+                               "same element (Inf - Inf), so the allowance is undefined");
+  }
   bool pass = m.error <= multiplier * m.baseline + o.tol / 10.0;
   if (!pass && o.equal_nan && std::isnan(m.error) && std::isnan(m.baseline)) pass = true;
   if (m.baseline == 0 && m.error >= 0) {
@@ -253,7 +271,7 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
       v.ratio = m.ulp.any_inf ? INFINITY : static_cast<double>(m.ulp.max);
       const bool pass = !m.ulp.any_inf && distance_within(m.ulp.max, rule.param);
       v.kind = pass ? VerdictKind::kPass : VerdictKind::kFail;
-      v.reason = (m.ulp.any_inf ? std::string("NaN against a number; ") : std::string()) +
+      v.reason = (m.ulp.any_inf ? nan_words(m, o.equal_nan) : std::string()) +
                  "max ULP " + format_number(*v.ratio) + (pass ? " <= " : " > ") +
                  format_number(rule.param);
       if (!pass && m.floating && !m.ulp.any_inf) v.reason += cancellation_note(test.dtype, m);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <set>
 
 #include "format.hpp"
 #include "json.hpp"
@@ -103,18 +104,49 @@ std::vector<std::byte> plant(PlantedBug bug, const TensorView& test, const Tenso
   return out;
 }
 
-SensitivityRow row_of(const std::string& bug, const Report& report, std::size_t planted) {
+// "name (ratio R, limit L)" of a result.
+std::string describe(const TensorResult& r) {
+  std::string s = r.name;
+  if (r.ratio && r.limit) {
+    s += " (ratio " + detail::format_number(*r.ratio) + ", limit " +
+         detail::format_number(*r.limit) + ")";
+  }
+  return s;
+}
+
+SensitivityRow row_as_is(const Report& report) {
   SensitivityRow row;
-  row.bug = bug;
+  row.bug = "(none: the run as it is)";
   row.caught = !report.aligned();
   row.failing = report.count(VerdictKind::kFail) + report.count(VerdictKind::kError);
-  row.planted = planted;
-  if (const TensorResult* w = report.worst()) {
-    row.worst = w->name;
-    if (w->ratio && w->limit) {
-      row.worst += " (ratio " + detail::format_number(*w->ratio) + ", limit " +
-                   detail::format_number(*w->limit) + ")";
-    }
+  if (const TensorResult* w = report.worst()) row.worst = describe(*w);
+  return row;
+}
+
+// A planted run's row: only the planted tensors count, and only those that passed as they
+// were can show the bug caught (a tensor failing already fails whatever is planted).
+SensitivityRow row_of(const std::string& bug, const Report& report,
+                      const std::set<std::string>& planted, const std::set<std::string>& passed) {
+  SensitivityRow row;
+  row.bug = bug;
+  row.planted = planted.size();
+  const TensorResult* worst = nullptr;
+  std::size_t can_tell = 0;
+  for (const auto& r : report.tensors) {
+    if (!planted.count(r.name)) continue;
+    const bool was_passing = passed.count(r.name) > 0;
+    can_tell += was_passing;
+    if (r.verdict == VerdictKind::kPass) continue;
+    ++row.failing;
+    row.caught = row.caught || was_passing;
+    if (was_passing && (!worst || severity(r) > severity(*worst))) worst = &r;
+  }
+  if (worst) row.worst = describe(*worst);
+  if (can_tell == 0) {
+    row.applicable = false;
+    row.caught = false;
+    row.why_not = planted.empty() ? "no floating tensor to plant it in"
+                                  : "every tensor it was planted in fails as it is";
   }
   return row;
 }
@@ -137,7 +169,11 @@ Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOpt
   std::vector<SensitivityRow>& rows = result.rows;
   const Report as_is = judge_tensors(tensors, options);
   result.settings = as_is.settings;
-  rows.push_back(row_of("(none: the run as it is)", as_is, 0));
+  rows.push_back(row_as_is(as_is));
+  std::set<std::string> passed;
+  for (const auto& r : as_is.tensors) {
+    if (r.verdict == VerdictKind::kPass) passed.insert(r.name);
+  }
   const bool any_truth = std::any_of(tensors.begin(), tensors.end(),
                                      [](const TensorTriple& t) { return t.truth != nullptr; });
   for (PlantedBug bug : all_planted_bugs()) {
@@ -148,6 +184,7 @@ Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOpt
       SensitivityRow r;
       r.bug = what;
       r.applicable = false;
+      r.why_not = "needs a truth";
       rows.push_back(r);
       continue;
     }
@@ -157,7 +194,7 @@ Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOpt
     copies.reserve(tensors.size());
     views.reserve(tensors.size());
     std::vector<TensorTriple> planted = tensors;
-    std::size_t count = 0;
+    std::set<std::string> planted_names;
     for (TensorTriple& t : planted) {
       if (!t.test || !t.ref || !is_floating(t.test->dtype) || t.test->dtype != t.ref->dtype ||
           t.test->shape != t.ref->shape)
@@ -169,9 +206,9 @@ Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOpt
       copies.push_back(plant(bug, *t.test, truth, t.name, sopt));
       views.push_back(TensorView{t.test->dtype, t.test->shape, copies.back().data()});
       t.test = &views.back();
-      ++count;
+      planted_names.insert(t.name);
     }
-    rows.push_back(row_of(what, judge_tensors(planted, options), count));
+    rows.push_back(row_of(what, judge_tensors(planted, options), planted_names, passed));
   }
   return result;
 }
@@ -186,7 +223,7 @@ std::string render_sensitivity_text(const Sensitivity& s) {
     std::string bug = r.bug;
     if (bug.size() < 40) bug += std::string(40 - bug.size(), ' ');
     if (!r.applicable) {
-      out += bug + "n/a     (needs a truth)\n";
+      out += bug + "n/a     (" + r.why_not + ")\n";
       continue;
     }
     const bool baseline = &r == &rows.front();
@@ -197,11 +234,18 @@ std::string render_sensitivity_text(const Sensitivity& s) {
     failing += std::string(failing.size() < 10 ? 10 - failing.size() : 1, ' ');
     out += bug + caught + failing + (r.worst.empty() ? "-" : r.worst) + "\n";
   }
-  if (!rows.empty() && rows.front().caught) {
-    out += "\nThe run fails as it is: a planted bug adds little to learn here.\n";
+  std::size_t missed = 0, told = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    missed += rows[i].applicable && !rows[i].caught;
+    told += rows[i].applicable;
   }
-  std::size_t missed = 0;
-  for (std::size_t i = 1; i < rows.size(); ++i) missed += rows[i].applicable && !rows[i].caught;
+  if (!rows.empty() && rows.front().caught) {
+    out += "\nThe run fails as it is (" + std::to_string(rows.front().failing) +
+           " tensor(s)): only tensors that passed as they were count as catching a bug.\n";
+  }
+  if (told == 0) {
+    return out + "\nNo tensor passes as it is: this table means nothing; fix the failures first.\n";
+  }
   out += "\n" +
          (missed ? std::to_string(missed) + " planted bug(s) would pass this rule unnoticed"
                  : std::string("every planted bug would fail this rule")) +
@@ -218,6 +262,7 @@ std::string render_sensitivity_json(const Sensitivity& s) {
     w.begin_object();
     w.key("bug").string(r.bug);
     w.key("applicable").boolean(r.applicable);
+    if (!r.applicable) w.key("why_not").string(r.why_not);
     w.key("caught").boolean(r.caught);
     w.key("failing").integer(r.failing);
     w.key("planted").integer(r.planted);

@@ -25,11 +25,12 @@ struct SensitivityOptions {
 
 struct SensitivityRow {
   std::string bug;          // what was planted, in words
-  bool applicable = true;   // false: not plantable here (truncation without a truth)
-  bool caught = false;      // the planted run is not aligned
-  std::size_t failing = 0;  // tensors failing or erroring with the bug planted
+  bool applicable = true;   // false: this row cannot tell (why_not says why)
+  std::string why_not;      // "needs a truth", "every tensor ... fails as it is"
+  bool caught = false;      // a planted tensor that passed as it was fails with the bug
+  std::size_t failing = 0;  // planted tensors failing or erroring with the bug
   std::size_t planted = 0;  // floating tensors the bug was planted in
-  std::string worst;        // the worst failing tensor, "name (ratio R, limit L)"
+  std::string worst;        // the worst failing planted tensor, "name (ratio R, limit L)"
 };
 
 struct Sensitivity {

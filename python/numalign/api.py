@@ -99,7 +99,9 @@ def sensitivity(test, ref, truth=None, *, terms=256, **options) -> dict:
     2 ULP away from zero everywhere, one NaN, truncation toward zero, 2 ULP on 1% of the
     elements) and judges each with the same options as ``judge()``: ``{"settings",
     "bugs": [{"bug", "applicable", "caught", "failing", "planted", "worst"}]}``, the run as
-    it is first. A rule that misses a planted bug cannot fail on that bug either."""
+    it is first (rows that cannot tell also carry ``"why_not"``). Caught: a tensor the bug was
+    planted in passed as it was and fails with it. A rule that misses a planted bug cannot
+    fail on that bug either."""
     resolved = _options(**options)
     return json.loads(_core.sensitivity(*_runs(test, ref, truth), resolved, terms))
 

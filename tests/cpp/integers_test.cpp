@@ -18,9 +18,9 @@ TensorResult judged(DType dt, T test, T ref, const char* rule) {
   TensorStore store;
   JudgeOptions o;  // the rule for every tensor, with a reason (ulp:K > 1 loosens the default)
   o.overrides.push_back({"*", parse_rule(rule), "a bound under test", "test"});
-  const Report r = judge_tensors({{"x", store.view(dt, std::vector<T>{test}),
-                                   store.view(dt, std::vector<T>{ref}), nullptr}},
-                                 o);
+  const Report r = judge_tensors(
+      {{"x", store.view(dt, std::vector<T>{test}), store.view(dt, std::vector<T>{ref}), nullptr}},
+      o);
   return r.tensors.at(0);
 }
 
@@ -91,8 +91,8 @@ TEST(IntegerTest, ManyElementsTakeTheSameExactPath) {
   test[617] += 1;
   JudgeOptions o;
   o.default_rule = parse_rule("ulp:0");
-  const Report r = judge_tensors(
-      {{"x", store.view(DType::I64, test), store.view(DType::I64, ref), nullptr}}, o);
+  const Report r =
+      judge_tensors({{"x", store.view(DType::I64, test), store.view(DType::I64, ref), nullptr}}, o);
   const TensorResult& t = r.tensors.at(0);
   EXPECT_EQ(t.verdict, VerdictKind::kFail);
   EXPECT_EQ(t.metrics->values_differ, 1u);

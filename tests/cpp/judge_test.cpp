@@ -7,6 +7,7 @@
 
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "simulations.hpp"
@@ -230,6 +231,43 @@ TEST_F(InMemoryRunTest, NothingJudgedCannotBeAligned) {
   const Report missing = judge(empty, ref, nullptr, JudgeOptions{});
   EXPECT_EQ(missing.exit_code(), kNotAligned);
   EXPECT_TRUE(missing.could_not_judge.empty());
+}
+
+// Reasons say what happened: NaN in both runs is not "NaN against a number"; an Inf that ref
+// and truth share is not "NaN in reference".
+TEST_F(InMemoryRunTest, ReasonsNameTheNonFiniteValuesThereAre) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const Buffer& both = values(DType::F32, {1.0, nan, 3.0});
+  const Buffer& number = values(DType::F32, {1.0, 2.0, 3.0});
+  const Trace t = run({{"x", &both}});
+  const Trace same_nan = run({{"x", &both}});
+  const Trace numbers = run({{"x", &number}});
+  JudgeOptions ulp;
+  ulp.default_rule = parse_rule("ulp:1");
+  const Report both_nan = judge(t, same_nan, nullptr, ulp);
+  EXPECT_EQ(both_nan.tensors.at(0).verdict, VerdictKind::kFail) << "NaN != NaN without equal_nan";
+  EXPECT_EQ(both_nan.tensors.at(0).reason.find("NaN against a number"), std::string::npos)
+      << both_nan.tensors.at(0).reason;
+  EXPECT_NE(both_nan.tensors.at(0).reason.find("NaN in both"), std::string::npos)
+      << both_nan.tensors.at(0).reason;
+  ulp.equal_nan = true;
+  EXPECT_EQ(judge(t, same_nan, nullptr, ulp).tensors.at(0).verdict, VerdictKind::kPass);
+  ulp.equal_nan = false;
+  EXPECT_NE(judge(t, numbers, nullptr, ulp).tensors.at(0).reason.find("NaN against a number"),
+            std::string::npos);
+
+  // ref holds +inf where the truth does: the baseline is NaN (inf - inf), but no NaN is in ref.
+  std::vector<double> ref_values(1200, 1.0), truth_values(1200, 1.0), test_values(1200, 1.0);
+  ref_values[5] = truth_values[5] = inf;
+  test_values[7] = 1.5;
+  const Trace inf_test = run({{"y", &values(DType::F32, test_values)}});
+  const Trace inf_ref = run({{"y", &values(DType::F32, ref_values)}});
+  const Trace inf_truth = run({{"y", &values(DType::F64, truth_values)}});
+  const Report r = judge(inf_test, inf_ref, &inf_truth, JudgeOptions{});
+  for (const auto& w : r.warnings) {
+    EXPECT_EQ(w.find("found NaN in reference"), std::string::npos) << w;
+  }
 }
 
 }  // namespace

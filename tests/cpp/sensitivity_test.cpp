@@ -78,5 +78,42 @@ TEST_F(SensitivityTest, TruncationNeedsATruth) {
             std::string::npos);
 }
 
+// On a run that already fails, only tensors that passed as they were can show a bug caught,
+// and only planted tensors count as failing (no "24/15").
+TEST_F(SensitivityTest, ARunThatFailsAsItIsCountsOnlyPlantedTensors) {
+  const std::vector<std::int32_t> one{1, 2, 3}, other{1, 2, 4};
+  const TensorView it{DType::I32, {3}, reinterpret_cast<const std::byte*>(one.data())};
+  const TensorView ir{DType::I32, {3}, reinterpret_cast<const std::byte*>(other.data())};
+  std::vector<double> wrong(rv_.numel(), 100.0);
+  const Buffer off = examples::make_buffer(rv_.dtype, rv_.shape, wrong);
+  const TensorView ov = off.view();
+  JudgeOptions o;
+  const Sensitivity s = sensitivity({{"out", &tv_, &rv_, &uv_},
+                                     {"steps", &it, &ir, nullptr},
+                                     {"gone", nullptr, &rv_, &uv_},
+                                     {"broken", &ov, &rv_, &uv_}},
+                                    o);
+  EXPECT_TRUE(s.rows[0].caught) << "fails as it is";
+  const SensitivityRow& nan = row(s, "one element NaN");
+  EXPECT_EQ(nan.planted, 2u) << "out and broken";
+  EXPECT_EQ(nan.failing, 2u) << "only planted tensors count";
+  EXPECT_TRUE(nan.caught) << "out passed as it was and fails with the bug";
+  EXPECT_EQ(nan.worst.rfind("out", 0), 0u) << nan.worst;
+  const SensitivityRow& sparse = row(s, "2 ULP on 1%");
+  EXPECT_FALSE(sparse.caught) << "broken failed already: it cannot show this bug caught";
+  EXPECT_LE(sparse.failing, sparse.planted);
+  const std::string text = render_sensitivity_text(s);
+  EXPECT_NE(text.find("fails as it is"), std::string::npos) << text;
+
+  // Nothing that passes as it is: no row can say caught or missed.
+  const Sensitivity none = sensitivity({{"broken", &ov, &rv_, &uv_}}, o);
+  for (std::size_t i = 1; i < none.rows.size(); ++i) {
+    EXPECT_FALSE(none.rows[i].applicable) << none.rows[i].bug;
+    EXPECT_FALSE(none.rows[i].caught);
+  }
+  EXPECT_NE(render_sensitivity_text(none).find("means nothing"), std::string::npos)
+      << render_sensitivity_text(none);
+}
+
 }  // namespace
 }  // namespace numalign
