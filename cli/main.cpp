@@ -107,6 +107,9 @@ void add_judge_options(CLI::App* cmd, TraceArguments& traces, JudgeArguments& ar
     cmd->add_flag_callback(
         name, [&field] { field = true; }, help);
   };
+  cmd->add_option("--shared-randomness", args.shared_randomness,
+                  "REASON: judge runs that drew random numbers (dropout, RNG), declaring why "
+                  "their draws are shared");
   flag("--equal-nan", args.equal_nan, "NaN equals NaN");
   flag("--check-bias", args.check_bias, "fail tensors with biased rounding");
   flag("--larger-multiplier-for-small", args.larger_multiplier_for_small,

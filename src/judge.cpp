@@ -21,6 +21,7 @@ std::string settings_of(const JudgeOptions& o) {
   if (o.force_max_multiplier) s += ", force max multiplier";
   if (o.check_bias) s += ", bias check";
   if (!o.overrides.empty()) s += ", " + std::to_string(o.overrides.size()) + " override(s)";
+  if (!o.shared_randomness.empty()) s += ", randomness declared shared: " + o.shared_randomness;
   return s;
 }
 
@@ -257,6 +258,57 @@ std::string nothing_judged(const Trace& ref, const std::vector<TensorTriple>& tr
   return "nothing was judged: no tensor of ref matches only / --only (" + globs + ")";
 }
 
+std::string joined(const std::vector<std::string>& items, const char* separator) {
+  std::string s;
+  for (const auto& item : items) s += (s.empty() ? "" : separator) + item;
+  return s;
+}
+
+// Runs that consumed random numbers compute on their own draws: ref's distance to the truth
+// then measures the draws, not precision, and the allowance means nothing. Could not judge,
+// unless the user stated (with a reason) that the runs share their draws.
+void check_randomness(const TraceMetadata* mt, const TraceMetadata* mr, const TraceMetadata* mu,
+                      const JudgeOptions& options, Report& report) {
+  std::vector<std::string> roles;
+  std::vector<std::string> generators, dropout;
+  const std::pair<const char*, const TraceMetadata*> runs[] = {
+      {"truth", mu}, {"ref", mr}, {"test", mt}};
+  for (const auto& [role, meta] : runs) {
+    if (!meta || !meta->random || !meta->random->used()) continue;
+    roles.push_back(role);
+    for (const auto& g : meta->random->generators) {
+      if (std::find(generators.begin(), generators.end(), g) == generators.end())
+        generators.push_back(g);
+    }
+    for (const auto& d : meta->random->dropout) {
+      if (std::find(dropout.begin(), dropout.end(), d) == dropout.end()) dropout.push_back(d);
+    }
+  }
+  if (roles.empty()) return;
+  std::string what = joined(roles, ", ") + " consumed random numbers (";
+  if (!generators.empty()) what += "generator " + joined(generators, ", ");
+  if (!dropout.empty()) {
+    if (!generators.empty()) what += "; ";
+    const std::vector<std::string> shown(
+        dropout.begin(), dropout.begin() + std::min<std::size_t>(dropout.size(), 3));
+    what += std::to_string(dropout.size()) +
+            " dropout module(s) in training mode: " + joined(shown, ", ") +
+            (dropout.size() > 3 ? ", ..." : "");
+  }
+  what += ")";
+  if (!options.shared_randomness.empty()) {
+    report.warnings.push_back(
+        what + "; judged, as the draws were declared shared: " + options.shared_randomness);
+    return;
+  }
+  report.could_not_judge.push_back(
+      what +
+      ": each run drew its own numbers, so ref's distance to the truth measures the "
+      "draws, not its precision. Run in eval mode (model.eval()) without random ops, "
+      "or, if every run makes the same draws, say why with --shared-randomness REASON "
+      "(Python: shared_randomness=REASON)");
+}
+
 void adopt_tags(const TraceMetadata& ref, Report& report) {
   if (ref.tags.empty()) return;
   for (auto& r : report.tensors) {
@@ -291,6 +343,7 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
     report.could_not_judge.push_back(why);
   auto meta = [](const Trace* t) { return t && t->metadata() ? &*t->metadata() : nullptr; };
   add_metadata_warnings(meta(&test), meta(&ref), meta(truth), report);
+  check_randomness(meta(&test), meta(&ref), meta(truth), options, report);
   if (ref.metadata()) {
     adopt_tags(*ref.metadata(), report);
     if (!options.sections.module_ranking) {

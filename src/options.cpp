@@ -51,6 +51,11 @@ JudgeOptions resolve_options(const JudgeArguments& args) {
       o.overrides.push_back({r.glob, rule, blank ? "" : r.reason, args.rules_origin});
     }
   }
+  if (args.shared_randomness) {
+    if (args.shared_randomness->find_first_not_of(" \t\r\n") == std::string::npos)
+      fail("shared randomness", "needs a written reason (why do the runs share their draws?)");
+    o.shared_randomness = *args.shared_randomness;
+  }
   o.only = args.only;
   o.sections = args.sections;
   check_override_reasons(o);

@@ -271,9 +271,8 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
       v.ratio = m.ulp.any_inf ? INFINITY : static_cast<double>(m.ulp.max);
       const bool pass = !m.ulp.any_inf && distance_within(m.ulp.max, rule.param);
       v.kind = pass ? VerdictKind::kPass : VerdictKind::kFail;
-      v.reason = (m.ulp.any_inf ? nan_words(m, o.equal_nan) : std::string()) +
-                 "max ULP " + format_number(*v.ratio) + (pass ? " <= " : " > ") +
-                 format_number(rule.param);
+      v.reason = (m.ulp.any_inf ? nan_words(m, o.equal_nan) : std::string()) + "max ULP " +
+                 format_number(*v.ratio) + (pass ? " <= " : " > ") + format_number(rule.param);
       if (!pass && m.floating && !m.ulp.any_inf) v.reason += cancellation_note(test.dtype, m);
       break;
     }
@@ -353,6 +352,10 @@ void parse_policy(std::string_view json, const std::string& path, JudgeOptions& 
       bool b;
       if (field.value.get(b)) fail(path, "\"" + key + "\" must be true or false");
       (key == "check_bias" ? options.check_bias : options.equal_nan) = b;
+    } else if (key == "shared_randomness") {
+      options.shared_randomness = need_string(field.value, "\"shared_randomness\"");
+      if (options.shared_randomness.find_first_not_of(" \t\r\n") == std::string::npos)
+        fail(path, "\"shared_randomness\" needs a written reason");
     } else if (key == "overrides") {
       simdjson::dom::array list;
       if (field.value.get(list)) fail(path, "\"overrides\" must be an array");
@@ -383,8 +386,9 @@ void parse_policy(std::string_view json, const std::string& path, JudgeOptions& 
         options.overrides.push_back(std::move(o));
       }
     } else {
-      fail(path, "unknown policy field \"" + key +
-                     "\" (expected default, tol, check_bias, equal_nan, overrides)");
+      fail(path,
+           "unknown policy field \"" + key +
+               "\" (expected default, tol, check_bias, equal_nan, shared_randomness, overrides)");
     }
   }
 }

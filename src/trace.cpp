@@ -508,6 +508,16 @@ std::string TraceMetadata::to_json() const {
     }
     w.end_object();
   }
+  if (random) {
+    w.key("random").begin_object();
+    for (const auto& [key, list] :
+         {std::pair{"generators", &random->generators}, std::pair{"dropout", &random->dropout}}) {
+      w.key(key).begin_array();
+      for (const auto& n : *list) w.string(n);
+      w.end_array();
+    }
+    w.end_object();
+  }
   w.end_object();
   return w.take();
 }
@@ -578,6 +588,21 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
         auto& from = m.inputs[std::string(g.key)];
         for (auto v : arr) from.push_back(need_string(v, what + "[]"));
       }
+    } else if (k == "random") {
+      simdjson::dom::object obj;
+      if (f.value.get(obj)) fail(where, ctx + ": random must be an object");
+      RandomUse use;
+      for (auto g : obj) {
+        const std::string key(g.key);
+        std::vector<std::string>* list = key == "generators" ? &use.generators
+                                         : key == "dropout"  ? &use.dropout
+                                                             : nullptr;
+        if (!list) continue;  // tolerated, as unknown fields are
+        simdjson::dom::array arr;
+        if (g.value.get(arr)) fail(where, ctx + ": random." + key + " must be an array of names");
+        for (auto v : arr) list->push_back(need_string(v, "random." + key + "[]"));
+      }
+      m.random = std::move(use);
     }
     // Unknown fields are tolerated: newer writers may add some.
   }

@@ -29,8 +29,8 @@ struct NonFinite {
 };
 
 struct UlpStats {
-  std::uint64_t max = 0;  // over elements whose distance is finite
-  bool any_inf = false;   // some element is NaN on one side, or in both without equal_nan
+  std::uint64_t max = 0;       // over elements whose distance is finite
+  bool any_inf = false;        // some element is NaN on one side, or in both without equal_nan
   std::uint64_t both_nan = 0;  // elements NaN in test and ref alike (unequal without equal_nan)
   std::uint64_t max_index = 0;
   std::array<std::uint64_t, kUlpBins> hist{};

@@ -39,7 +39,8 @@ struct JudgeArguments {
   // `policy_path` in messages when given, else "policy").
   std::string policy_path;
   std::optional<std::string> policy_json;
-  std::vector<std::string> only;  // globs of the ref tensors to judge (empty: all)
+  std::vector<std::string> only;                 // globs of the ref tensors to judge (empty: all)
+  std::optional<std::string> shared_randomness;  // a written reason; blank is refused
   ReportSections sections;
 };
 

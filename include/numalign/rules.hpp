@@ -57,6 +57,9 @@ struct JudgeOptions {
   int threads = 0;                           // 0: all cores
   bool magnitude_profile = false;            // bin the error by magnitude (HTML report)
   std::vector<std::string> only;             // globs of the ref tensors to judge (empty: all)
+  // The user's written reason why runs that consumed random numbers share their draws (the
+  // same seed before the same sequence of random ops): without it such runs cannot be judged.
+  std::string shared_randomness;
   ReportSections sections;
 };
 

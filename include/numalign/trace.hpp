@@ -18,6 +18,15 @@ namespace numalign {
 inline constexpr std::uint64_t kMaxHeaderSize = 100'000'000;  // safetensors' MAX_HEADER_SIZE
 inline constexpr const char* kMetadataKey = "numalign";       // our JSON inside __metadata__
 
+// Randomness a run consumed, as capture records it: the generators whose state changed
+// during the run ("cpu", "cuda:0") and the modules left in training mode with dropout. A run
+// that used any computes on its draws, which another run does not share.
+struct RandomUse {
+  std::vector<std::string> generators;
+  std::vector<std::string> dropout;
+  bool used() const { return !generators.empty() || !dropout.empty(); }
+};
+
 // Structured metadata of a trace (docs/architecture.md, "Formats"), stored as JSON under
 // __metadata__'s "numalign" key. Every field is optional; unknown fields are kept out of the way.
 struct TraceMetadata {
@@ -33,6 +42,7 @@ struct TraceMetadata {
   // tensor -> the tensors it was computed from (a module's inputs; for a gradient, the
   // gradients it received and its module's forward inputs)
   std::map<std::string, std::vector<std::string>> inputs;
+  std::optional<RandomUse> random;  // absent: not recorded (a trace made elsewhere)
 
   std::string to_json() const;
   // Throws Error(where, ...) on invalid JSON or fields of the wrong type.

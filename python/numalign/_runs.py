@@ -57,6 +57,37 @@ def _module_copy(module, dtype, device):
     return copied
 
 
+def _generator_states():
+    """{name: state} of the global generators a run can draw from: the CPU one, and each
+    CUDA device's once CUDA is initialized (asking earlier would initialize it)."""
+    states = {"cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i in range(torch.cuda.device_count()):
+            states[f"cuda:{i}"] = torch.cuda.get_rng_state(i)
+    return states
+
+
+def _dropout_in_training(module):
+    """Paths of the submodules that drop elements at random as the module stands."""
+    if module is None:
+        return []
+    return [path or "(the model)" for path, m in module.named_modules()
+            if m.training and isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
+
+
+@contextlib.contextmanager
+def watch_randomness(module):
+    """Yields a dict that, once the block ends, holds the randomness the run used, as trace
+    metadata records it: {"generators": [...whose state moved], "dropout": [...]}. A run
+    that drew random numbers computes on draws no other run shares (fail closed)."""
+    used = {"generators": [], "dropout": _dropout_in_training(module)}
+    before = _generator_states()
+    yield used
+    after = _generator_states()
+    used["generators"] = [name for name, state in after.items()
+                          if name not in before or not torch.equal(state, before[name])]
+
+
 def _forward_backward(call, args, seed):
     """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}."""
     result = call(**args) if isinstance(args, dict) else call(*args)

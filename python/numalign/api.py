@@ -31,7 +31,8 @@ def _add_rules(args, rules):
 
 def _options(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=None,
                larger_multiplier_for_small=None, force_max_multiplier=None, threads=None,
-               magnitude_profile=None, only=None, module_ranking=False, first_failing=False):
+               magnitude_profile=None, only=None, shared_randomness=None, module_ranking=False,
+               first_failing=False):
     """The core's options from the arguments: None means "not given", so a policy's value
     stands. Resolved before any tensor is handed over, so a bad option raises first."""
     a = _core.JudgeArguments()
@@ -39,6 +40,7 @@ def _options(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=No
     a.larger_multiplier_for_small = larger_multiplier_for_small
     a.force_max_multiplier = force_max_multiplier
     a.threads, a.magnitude_profile = threads, magnitude_profile
+    a.shared_randomness = shared_randomness
     if policy is not None:
         if isinstance(policy, dict):
             a.policy_json = json.dumps(policy)
@@ -58,18 +60,21 @@ def _runs(test, ref, truth):
 
 def judge(test, ref, truth=None, *, tol=None, rules=None, policy=None, equal_nan=None,
           larger_multiplier_for_small=None, force_max_multiplier=None, check_bias=None,
-          threads=None, magnitude_profile=None, only=None) -> Report:
+          threads=None, magnitude_profile=None, only=None, shared_randomness=None) -> Report:
     """Judges every tensor of ``ref`` (or those matching the globs ``only``) against the
     same-named tensor of ``test``, measured against the float64 ``truth``. Each may be a
     tensor, an array, a nested structure of them (flattened to dotted names: ``logits``,
     ``past.0.key``), a Trace, or a path. Options left None take the policy's value, else
     the default (tol 1e-4, rule rmse, flags off), as the CLI's options do.
     ``magnitude_profile=True`` also bins each tensor's error by the magnitude of the truth
-    during the pass, for the chart of ``Report.to_html()``."""
+    during the pass, for the chart of ``Report.to_html()``. Runs that captured random draws
+    (dropout in training mode, the RNG) cannot be judged unless ``shared_randomness`` gives
+    the written reason their draws are the same."""
     return _judge(test, ref, truth, tol=tol, rules=rules, policy=policy, equal_nan=equal_nan,
                   larger_multiplier_for_small=larger_multiplier_for_small,
                   force_max_multiplier=force_max_multiplier, check_bias=check_bias,
-                  threads=threads, magnitude_profile=magnitude_profile, only=only)
+                  threads=threads, magnitude_profile=magnitude_profile, only=only,
+                  shared_randomness=shared_randomness)
 
 
 def _judge(test, ref, truth=None, **arguments) -> Report:

@@ -6,7 +6,7 @@ import platform
 
 import torch
 
-from ._runs import _as_args, _cast, _forward_backward, _module_copy, tf32_off
+from ._runs import _as_args, _cast, _forward_backward, _module_copy, tf32_off, watch_randomness
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
@@ -37,7 +37,7 @@ def _end_grads(args, module):
     return grads
 
 
-def _metadata(dtype, device, seed, fingerprints, order, tags, inputs=None):
+def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=None):
     meta = {
         "dtype_recipe": str(dtype).replace("torch.", ""),
         "device": str(device),
@@ -48,6 +48,7 @@ def _metadata(dtype, device, seed, fingerprints, order, tags, inputs=None):
         "order": order,
         "tags": tags,
         "fingerprints": fingerprints,
+        "random": random,
     }
     if inputs:
         meta["inputs"] = inputs
@@ -65,11 +66,12 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu") -> Trace:
     ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched."""
     call, module, args, fingerprints = _prepare(fn, inputs, dtype, device)
     with tf32_off():
-        outputs = _forward_backward(call, args, seed)
+        with watch_randomness(module) as random:
+            outputs = _forward_backward(call, args, seed)
         tensors = {n: o.detach() for n, o in outputs.items()}
         tensors.update(_end_grads(args, module))
         metadata = _metadata(dtype, device, seed, fingerprints, list(tensors),
-                             {n: {"kind": _kind_of(n)} for n in tensors})
+                             {n: {"kind": _kind_of(n)} for n in tensors}, random)
     return Trace(tensors, metadata=metadata)
 
 
@@ -91,14 +93,15 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     recorder = ModuleRecorder(module, modules, save_to)
     try:
         with tf32_off(), recorder.hooked():
-            outputs = _forward_backward(call, args, seed)
+            with watch_randomness(module) as random:
+                outputs = _forward_backward(call, args, seed)
             for n, o in outputs.items():
                 recorder.record(n, o, module="", kind="output")
             for n, g in _end_grads(args, module).items():
                 owner = n[len("grad.param."):].rpartition(".")[0] if n.startswith("grad.param.") else ""
                 recorder.record(n, g, module=owner, kind=_kind_of(n))
             metadata = _metadata(dtype, device, seed, fingerprints, recorder.order, recorder.tags,
-                                 recorder.inputs)
+                                 random, recorder.inputs)
     except BaseException:
         recorder.abort()
         raise

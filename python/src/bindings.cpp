@@ -176,6 +176,7 @@ NB_MODULE(_core, m) {
       .def_rw("policy_path", &JudgeArguments::policy_path)
       .def_rw("policy_json", &JudgeArguments::policy_json)
       .def_rw("only", &JudgeArguments::only)
+      .def_rw("shared_randomness", &JudgeArguments::shared_randomness)
       .def_prop_rw(
           "module_ranking", [](const JudgeArguments& a) { return a.sections.module_ranking; },
           [](JudgeArguments& a, bool v) { a.sections.module_ranking = v; })

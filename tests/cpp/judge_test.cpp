@@ -270,5 +270,41 @@ TEST_F(InMemoryRunTest, ReasonsNameTheNonFiniteValuesThereAre) {
   }
 }
 
+// A run that consumed random numbers (dropout in training mode, ...) cannot be judged: its
+// difference to the truth measures the draws. Stated as shared, with a reason, it is judged
+// and the report says so.
+TEST_F(InMemoryRunTest, RandomRunsCannotBeJudgedUnlessDeclaredShared) {
+  const Buffer& one = values(DType::F32, std::vector<double>(64, 1.0));
+  const Buffer& truth = values(DType::F64, std::vector<double>(64, 1.0));
+  TraceMetadata random;
+  random.random = RandomUse{{"cpu"}, {"encoder.dropout"}};
+  TraceMetadata quiet;
+  quiet.random = RandomUse{};
+  const Trace t = run({{"a", &one}}, random);
+  const Trace r = run({{"a", &one}}, random);
+  const Trace u = run({{"a", &truth}}, quiet);
+  const Report report = judge(t, r, &u, JudgeOptions{});
+  EXPECT_EQ(report.exit_code(), kCouldNotJudge);
+  ASSERT_EQ(report.could_not_judge.size(), 1u);
+  const std::string& why = report.could_not_judge[0];
+  EXPECT_NE(why.find("random"), std::string::npos) << why;
+  EXPECT_NE(why.find("encoder.dropout"), std::string::npos) << why;
+  EXPECT_NE(why.find("--shared-randomness"), std::string::npos) << why;
+
+  JudgeOptions shared;
+  shared.shared_randomness = "every run reseeds the generator before the same kernel sequence";
+  const Report accepted = judge(t, r, &u, shared);
+  EXPECT_EQ(accepted.exit_code(), kAligned);
+  EXPECT_NE(accepted.settings.find("every run reseeds"), std::string::npos) << accepted.settings;
+  EXPECT_NE(render_text(accepted).find("every run reseeds"), std::string::npos);
+
+  // Metadata round trip keeps what capture recorded.
+  const TraceMetadata back = TraceMetadata::from_json(random.to_json(), "here");
+  ASSERT_TRUE(back.random.has_value());
+  EXPECT_EQ(back.random->generators, std::vector<std::string>{"cpu"});
+  EXPECT_EQ(back.random->dropout, std::vector<std::string>{"encoder.dropout"});
+  EXPECT_FALSE(TraceMetadata::from_json(quiet.to_json(), "here").random->used());
+}
+
 }  // namespace
 }  // namespace numalign

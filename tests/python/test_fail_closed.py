@@ -93,3 +93,65 @@ def test_64_bit_integers_are_not_rounded_through_double(tmp_path, cli, dtype, te
     if distance > 1:
         tight = numalign.judge(t, r, None, rules={"*": (f"ulp:{distance - 1}", "one short")})
         assert not tight.aligned
+
+
+# --- runs on random draws (dropout in training mode, the RNG) ----------------------------
+
+
+def _dropout_net():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.1))
+
+
+def _three_runs(model, capture_fn):
+    import torch
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    return [capture_fn(model, (x,), dtype) for dtype in
+            (torch.bfloat16, torch.bfloat16, torch.float64)]
+
+
+@pytest.mark.parametrize("capture", ["run_fwd_bwd", "trace_model"])
+def test_dropout_in_training_could_not_judge(capture):
+    from numalign import capture as cap
+    test, ref, truth = _three_runs(_dropout_net().train(), getattr(cap, capture))
+    assert test.metadata["random"]["dropout"] == ["1"]
+    assert test.metadata["random"]["generators"] == ["cpu"]
+    report = numalign.judge(test, ref, truth)
+    assert report.exit_code == 2
+    reason = report.could_not_judge[0]
+    assert "random" in reason and "1" in reason and "eval()" in reason
+    with pytest.raises(AssertionError, match="could not judge"):
+        numalign.assert_aligned(test, ref, truth)
+
+
+def test_the_same_model_in_eval_mode_is_judged():
+    from numalign import capture as cap
+    test, ref, truth = _three_runs(_dropout_net().eval(), cap.run_fwd_bwd)
+    assert test.metadata["random"] == {"generators": [], "dropout": []}
+    report = numalign.judge(test, ref, truth)
+    assert report.could_not_judge == [] and report.aligned
+
+
+def test_randomness_declared_shared_is_judged_with_its_reason_shown():
+    from numalign import capture as cap
+    # the declaration is the user's to make; numalign judges (whatever the verdict) and says so
+    test, ref, truth = _three_runs(_dropout_net().train(), cap.run_fwd_bwd)
+    report = numalign.judge(test, ref, truth, shared_randomness="same seed, same mask shapes")
+    assert report.could_not_judge == [] and report.exit_code in (0, 1)
+    assert "same seed, same mask shapes" in str(report)
+    with pytest.raises(ValueError, match="shared randomness"):
+        numalign.judge(test, ref, truth, shared_randomness="  ")
+
+
+def test_cli_refuses_random_runs_unless_declared(tmp_path, cli):
+    from numalign import capture as cap
+    paths = []
+    for name, trace in zip(("test", "ref", "truth"),
+                           _three_runs(_dropout_net().train(), cap.run_fwd_bwd)):
+        paths.append(str(tmp_path / f"{name}.safetensors"))
+        trace.save(paths[-1])
+    refused = cli("judge", *paths)
+    assert refused.returncode == 2 and "random" in refused.stdout
+    declared = cli("judge", *paths, "--shared-randomness", "same seed")
+    assert declared.returncode in (0, 1) and "same seed" in declared.stdout
