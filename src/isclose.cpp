@@ -36,8 +36,14 @@ float round_float_to(DType d, float x) {
 }
 
 // torch.isclose(self, other, atol, rtol) for one element: |self - other| <= atol +
-// rtol * |other|, computed as ATen does it: in the tensors' dtype, the half types in float
-// and rounded after every operation. `same()` calls allclose(ref, test): other is the test.
+// |rtol * other|, computed as ATen's CPU kernels do it (TensorCompare.cpp: allowed =
+// atol + (rtol * other).abs(), actual = (self - other).abs(), then actual <= allowed and
+// isfinite(actual)), each operation rounded to the tensors' dtype. The two scalars enter
+// differently: the mul kernel reads rtol as the opmath type (float for the half types,
+// never rounded to the dtype), while add, a ufunc, gets atol as a wrapped number that
+// TensorIterator first casts to the tensors' dtype (double to float to half: two
+// roundings). In bf16 at tol 0.02 atol is 0.02001953125, and that decides the boundary.
+// `same()` calls allclose(ref, test): other is the test.
 bool torch_isclose(DType d, double self, double other, double atol, double rtol, bool equal_nan) {
   const double t = self, r = other;
   if (t == r) return true;
@@ -58,8 +64,9 @@ bool torch_isclose(DType d, double self, double other, double atol, double rtol,
     }
     case DType::BF16:
     case DType::F16: {
+      const float atol_in_dtype = round_float_to(d, static_cast<float>(atol));
       const float scaled = round_float_to(d, static_cast<float>(rtol) * static_cast<float>(r));
-      const float allowed = round_float_to(d, static_cast<float>(atol) + std::fabs(scaled));
+      const float allowed = round_float_to(d, atol_in_dtype + std::fabs(scaled));
       const float actual =
           std::fabs(round_float_to(d, static_cast<float>(t) - static_cast<float>(r)));
       return std::isfinite(actual) && actual <= allowed;
@@ -70,8 +77,9 @@ bool torch_isclose(DType d, double self, double other, double atol, double rtol,
 }
 
 // The emulation of torch_isclose moves `allowed` and |t - r| off their double values by
-// its roundings: bf16/f16/f32 arithmetic rounds each operation to u = 2^-8, 2^-11, 2^-24
-// relative (a few operations: under 4u in all), or to half a subnormal spacing absolute.
+// its roundings: bf16/f16/f32 arithmetic rounds each operation, and atol itself, to
+// u = 2^-8, 2^-11, 2^-24 relative (a few roundings: under 4u in all), or to half a
+// subnormal spacing absolute.
 // A band of 8u relative and 4 subnormal spacings absolute contains every case it can flip.
 // That holds while float(tol) is a normal float and nothing overflows (2^-100 <= tol <=
 // 0.2) and the band stays above zero; outside, the factor-2 band of torch_isclose's own

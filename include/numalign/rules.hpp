@@ -97,7 +97,8 @@ struct RuleChoice {
 RuleChoice choose_rule(const std::string& name, DType dtype, const JudgeOptions& options);
 
 // Applies a rule to metrics of test/ref/truth that already agree in dtype and shape.
-// truth may be null (ulp / exact / abs need none).
+// truth may be null (ulp / exact / abs need none). The views' data must be readable: where
+// the rmse inequality is too close to call in float64, it is decided on the data exactly.
 Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorView& ref,
                  const TensorView* truth, const Metrics& metrics, const JudgeOptions& options);
 

@@ -66,6 +66,22 @@ TEST(IscloseTest, TheBoundaryIsWhereTheDtypeRoundsIt) {
   EXPECT_TRUE(torch_isclose(DType::F64, 1 + 0x1p-10, 1.0, 0x1p-11, 0x1p-11, false));
 }
 
+// ATen casts atol, a wrapped number, to the tensors' dtype before the add (double to float
+// to half), while rtol enters the mul as a float: issue 19's repros, where that rounding of
+// atol decides.
+TEST(IscloseTest, HalfTypesRoundAtolToTheDtype) {
+  // bf16 at 0.02: atol is 0.02001953125; 0.02001953125 + 0.0150146484375 = 0.0350341796875 is
+  // a tie between bf16 values that goes up to 0.03515625 = |0.71484375 - 0.75|: close.
+  EXPECT_TRUE(torch_isclose(DType::BF16, 0.71484375, 0.75, 0.02, 0.02, false));
+  // fp16 at 0.03: atol is 0.029998779296875, and the allowance rounds down to
+  // 0.03009033203125, below |ref - test| = 0.0301055908203125: not close.
+  EXPECT_FALSE(
+      torch_isclose(DType::F16, 0.026824951171875, -0.003276824951171875, 0.03, 0.03, false));
+  // fp16, the NaN escape's 4e-2 at test 1.3427734375: the allowance 0.0937109375 rounds to a
+  // tie that goes up to 0.09375, the difference to 1.4365234375.
+  EXPECT_TRUE(torch_isclose(DType::F16, 1.4365234375, 1.3427734375, 4e-2, 4e-2, false));
+}
+
 // The band's contract: a difference at or below its lower line is close, one at or above
 // its upper line is not, whatever the emulation's roundings; checked on differences that
 // straddle the boundary of every dtype the band handles, for tolerances inside the

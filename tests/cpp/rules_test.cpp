@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "numalign/error.hpp"
+#include "numalign/metrics.hpp"
 
 namespace numalign {
 namespace {
@@ -50,19 +52,67 @@ Metrics rmse_metrics(double error, double baseline, std::uint64_t numel) {
   return m;
 }
 
+// On the line the inequality is decided on the data, exactly: equality passes (error 0.5 =
+// 2 x baseline 0.25 at tol 0, fp32 of 4096 elements), the next float up fails.
 TEST(RmseRuleTest, PassInequalityAtItsBoundary) {
-  const TensorView test{DType::F32, {4096}, nullptr}, truth{DType::F64, {4096}, nullptr};
-  const JudgeOptions o;
+  const std::vector<double> zeros(4096, 0.0);
+  const std::vector<float> ref(4096, 0.25f), at(4096, 0.5f),
+      above(4096, std::nextafter(0.5f, 1.0f));
+  auto view = [](const std::vector<float>& v) {
+    return TensorView{DType::F32, {v.size()}, reinterpret_cast<const std::byte*>(v.data())};
+  };
+  const TensorView truth{DType::F64, {4096}, reinterpret_cast<const std::byte*>(zeros.data())};
+  JudgeOptions o;
+  o.tol = 0;
   const RuleChoice rmse{Rule{}, nullptr};
-  const double baseline = 0.01, edge = 2.0 * baseline + 1e-4 / 10.0;
-  auto v = evaluate(rmse, test, test, &truth, rmse_metrics(edge, baseline, 4096), o);
+  const MetricOptions mo{0.0, false};
+  auto v = evaluate(rmse, view(at), view(ref), &truth,
+                    compute_metrics(view(at), view(ref), &truth, mo), o);
   EXPECT_EQ(v.kind, VerdictKind::kPass) << v.reason;
-  EXPECT_DOUBLE_EQ(*v.ratio, edge / baseline);
+  EXPECT_EQ(*v.ratio, 2.0);
   EXPECT_EQ(*v.limit, 2.0);
-  v = evaluate(rmse, test, test, &truth, rmse_metrics(std::nextafter(edge, 1.0), baseline, 4096),
-               o);
+  EXPECT_NE(v.reason.find("exact arithmetic"), std::string::npos) << v.reason;
+  v = evaluate(rmse, view(above), view(ref), &truth,
+               compute_metrics(view(above), view(ref), &truth, mo), o);
   EXPECT_EQ(v.kind, VerdictKind::kFail);
   EXPECT_NE(v.reason.find("RMSE vs truth"), std::string::npos);
+}
+
+// Where float64 would pass: 3 x 0.0006229016948897019 + 1e-3 / 10 rounds up to the error
+// 0.0019687050846691058 (same() passes it), which is 4.3e-20 above the exact bound.
+TEST(RmseRuleTest, TheLineIsDecidedInExactArithmetic) {
+  const double truth_v[1] = {0.0}, ref_v[1] = {-0.0006229016948897019};
+  const double test_v[2][1] = {{0.0019687050846691058}, {0.0019687050846691053}};
+  const TensorView truth{DType::F64, {1}, reinterpret_cast<const std::byte*>(truth_v)};
+  const TensorView ref{DType::F64, {1}, reinterpret_cast<const std::byte*>(ref_v)};
+  JudgeOptions o;
+  o.tol = 1e-3;
+  const MetricOptions mo{o.tol, false};
+  for (int k = 0; k < 2; ++k) {
+    const TensorView test{DType::F64, {1}, reinterpret_cast<const std::byte*>(test_v[k])};
+    const Metrics m = compute_metrics(test, ref, &truth, mo);
+    ASSERT_EQ(m.not_close, 1u);
+    ASSERT_TRUE(m.error <= 3.0 * m.baseline + o.tol / 10.0);  // float64 would pass both
+    const auto v = evaluate({Rule{}, nullptr}, test, ref, &truth, m, o);
+    EXPECT_EQ(v.kind, k == 0 ? VerdictKind::kFail : VerdictKind::kPass) << v.reason;
+  }
+}
+
+// Squares past float64's range: same() gets inf for both RMSEs and passes (inf <= inf);
+// exactly, an error of 4e200 is above 3 x 1e200, and one of 2e200 is below.
+TEST(RmseRuleTest, OverflowingSquaresAreDecidedExactly) {
+  const double truth_v[1] = {0.0}, ref_v[1] = {1e200}, test_v[2][1] = {{4e200}, {2e200}};
+  const TensorView truth{DType::F64, {1}, reinterpret_cast<const std::byte*>(truth_v)};
+  const TensorView ref{DType::F64, {1}, reinterpret_cast<const std::byte*>(ref_v)};
+  const JudgeOptions o;
+  for (int k = 0; k < 2; ++k) {
+    const TensorView test{DType::F64, {1}, reinterpret_cast<const std::byte*>(test_v[k])};
+    const Metrics m = compute_metrics(test, ref, &truth, MetricOptions{o.tol, false});
+    ASSERT_TRUE(std::isinf(m.error) && std::isinf(m.baseline));
+    const auto v = evaluate({Rule{}, nullptr}, test, ref, &truth, m, o);
+    EXPECT_EQ(v.kind, k == 0 ? VerdictKind::kFail : VerdictKind::kPass) << v.reason;
+    EXPECT_NE(v.reason.find("overflows"), std::string::npos) << v.reason;
+  }
 }
 
 TEST(RmseRuleTest, FastPathNeedsNoTruth) {
