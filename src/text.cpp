@@ -202,7 +202,8 @@ std::string fit_columns(std::string_view s, std::size_t width) {
   }
   const std::size_t tail_cols = (width - 3) * 2 / 3, head_cols = width - 3 - tail_cols;
   std::size_t head_end = 0, head_w = 0;  // characters of the head: [0, head_end)
-  while (head_end < ps.size() && head_w + ps[head_end].cols <= head_cols) head_w += ps[head_end++].cols;
+  while (head_end < ps.size() && head_w + ps[head_end].cols <= head_cols)
+    head_w += ps[head_end++].cols;
   std::size_t tail_begin = ps.size(), tail_w = 0;  // characters of the tail: [tail_begin, end)
   while (tail_begin > head_end && tail_w + ps[tail_begin - 1].cols <= tail_cols)
     tail_w += ps[--tail_begin].cols;

@@ -16,7 +16,11 @@ namespace {
 bool valid_utf8(const std::string& s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    const std::size_t n = c < 0x80         ? 1
+                          : (c >> 5) == 6  ? 2
+                          : (c >> 4) == 14 ? 3
+                          : (c >> 3) == 30 ? 4
+                                           : 0;
     if (n == 0 || i + n > s.size()) return false;
     for (std::size_t k = 1; k < n; ++k)
       if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
@@ -89,8 +93,8 @@ TEST(TextTest, WidthsAndCutsAtCharacterBoundaries) {
 }
 
 TEST(TextTest, XmlKeepsWhatXmlCanHoldAndReplacesTheRestVisibly) {
-  using detail::markup_escape;
   using detail::Markup;
+  using detail::markup_escape;
   EXPECT_EQ(markup_escape("a&b<c>\"d\"'e'", Markup::kXml),
             "a&amp;b&lt;c&gt;&quot;d&quot;&apos;e&apos;");
   // Attribute whitespace as character references: a parser reads it back exactly.
