@@ -449,34 +449,47 @@ std::string render_json(const Report& report) {
   return w.take() + "\n";
 }
 
-std::string render_junit(const Report& report) {
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+namespace {
+
+void append_junit_suite(std::string& out, const std::string& name, const Report& report) {
+  using detail::Markup;
   const std::size_t f = report.count(VerdictKind::kFail), e = report.count(VerdictKind::kError);
-  out += "<testsuites><testsuite name=\"numalign\" tests=\"" +
+  out += "<testsuite name=\"" + detail::markup_escape(name, Markup::kXml) + "\" tests=\"" +
          std::to_string(report.tensors.size()) + "\" failures=\"" + std::to_string(f) +
          "\" errors=\"" + std::to_string(e) + "\">\n";
   if (!report.warnings.empty()) {
     out += "<system-out>";
     for (const auto& w : report.warnings)
-      out += detail::markup_escape("warning: " + w, detail::Markup::kXml) + "\n";
+      out += detail::markup_escape("warning: " + w, Markup::kXml) + "\n";
     out += "</system-out>\n";
   }
   for (const auto& r : report.tensors) {
-    out += "<testcase classname=\"numalign." + detail::markup_escape(r.rule, detail::Markup::kXml) +
-           "\" name=\"" + detail::markup_escape(r.name, detail::Markup::kXml) + "\">";
+    out += "<testcase classname=\"numalign." + detail::markup_escape(r.rule, Markup::kXml) +
+           "\" name=\"" + detail::markup_escape(r.name, Markup::kXml) + "\">";
     const std::string detail =
         r.reason + (r.ratio && r.limit ? " (ratio " + format_number(*r.ratio) + ", limit " +
                                              format_number(*r.limit) + ")"
                                        : std::string());
     if (r.verdict == VerdictKind::kFail) {
-      out += "<failure message=\"" + detail::markup_escape(detail, detail::Markup::kXml) + "\"/>";
+      out += "<failure message=\"" + detail::markup_escape(detail, Markup::kXml) + "\"/>";
     } else if (r.verdict == VerdictKind::kError) {
-      out += "<error message=\"" + detail::markup_escape(detail, detail::Markup::kXml) + "\"/>";
+      out += "<error message=\"" + detail::markup_escape(detail, Markup::kXml) + "\"/>";
     }
     out += "</testcase>\n";
   }
-  out += "</testsuite></testsuites>\n";
-  return out;
+  out += "</testsuite>";
+}
+
+}  // namespace
+
+std::string render_junit_suites(const std::vector<JunitSuite>& suites) {
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>";
+  for (const auto& s : suites) append_junit_suite(out, s.name, *s.report);
+  return out + "</testsuites>\n";
+}
+
+std::string render_junit(const Report& report) {
+  return render_junit_suites({{"numalign", &report}});
 }
 
 }  // namespace numalign
