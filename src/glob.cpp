@@ -41,9 +41,18 @@ Glob::Glob(std::string_view pattern) : pattern_(pattern) {
   while (true) {
     const std::size_t star = pattern.find('*', start);
     Segment seg;
-    decode(pattern.substr(start,
-                          star == std::string_view::npos ? std::string_view::npos : star - start),
-           seg.units, true);
+    const std::string_view text = pattern.substr(
+        start, star == std::string_view::npos ? std::string_view::npos : star - start);
+    decode(text, seg.units, true);
+    if (start > 0 && star != std::string_view::npos) {  // a middle segment
+      std::string_view longest;
+      for (std::size_t at = 0; at <= text.size();) {
+        const std::size_t q = std::min(text.find('?', at), text.size());
+        if (q - at > longest.size()) longest = text.substr(at, q - at);
+        at = q + 1;
+      }
+      if (!longest.empty()) required_.emplace_back(longest);
+    }
     seg.has_any = std::find(seg.units.begin(), seg.units.end(), kAny) != seg.units.end();
     if (!seg.has_any && !seg.units.empty()) {
       seg.failure.assign(seg.units.size(), 0);
@@ -114,6 +123,9 @@ bool Glob::match(std::string_view name) const {
   if (name.size() < prefix_ || name.substr(0, prefix_) != literal_prefix()) return false;
   if (name.size() < suffix_ || name.substr(name.size() - suffix_) != literal_suffix()) return false;
   if (!has_star_ && prefix_ == pattern_.size()) return name.size() == pattern_.size();
+  for (const std::string& r : required_) {
+    if (name.find(r) == std::string_view::npos) return false;
+  }
   thread_local std::vector<Unit> text;
   decode(name, text, false);
   const Segment& head = segments_.front();

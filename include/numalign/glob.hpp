@@ -41,6 +41,9 @@ class Glob {
   std::size_t prefix_ = 0, suffix_ = 0;  // bytes of the literal prefix / suffix
   bool has_star_ = false;
   std::vector<Segment> segments_;
+  // The longest run of literal bytes of each middle segment: a name without one of them
+  // cannot match (checked on bytes before the name is decoded).
+  std::vector<std::string> required_;
 };
 
 // One-off match (compiles `pattern`): linear in pattern and name for literal segments, at
