@@ -7,6 +7,7 @@
 #include <future>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "numalign/consistency.hpp"
@@ -14,6 +15,7 @@
 #include "numalign/metrics.hpp"
 #include "numalign/options.hpp"
 #include "numalign/sensitivity.hpp"
+#include "numalign/text.hpp"
 #include "numalign/trace.hpp"
 #include "numalign/version.hpp"
 
@@ -170,11 +172,10 @@ std::string human_bytes(double b) {
 
 int inspect(const std::string& path) {
   const Trace t = Trace::open(path);
-  std::printf("%s: %zu tensors, %s of data\n", path.c_str(), t.entries().size(),
+  std::printf("%s: %zu tensors, %s of data\n", printable(path).c_str(), t.entries().size(),
               human_bytes(static_cast<double>(t.data_bytes())).c_str());
   for (const auto& [k, v] : t.raw_metadata()) {
-    std::printf("metadata %s = %s\n", k.c_str(),
-                v.size() > 200 ? (v.substr(0, 200) + "...").c_str() : v.c_str());
+    std::printf("metadata %s = %s\n", printable(k).c_str(), cut_columns(printable(v), 200).c_str());
   }
   std::printf("%-40s %-12s %-18s %10s %12s %12s %12s %s\n", "tensor", "dtype", "shape", "size",
               "min", "max", "mean", "nonfinite");
@@ -207,9 +208,9 @@ int inspect(const std::string& path) {
       }
       stats = buf;
     }
-    std::printf("%-40s %-12s %-18s %10s %s\n", e.name.c_str(), std::string(name(v.dtype)).c_str(),
-                format_shape(v.shape).c_str(), human_bytes(static_cast<double>(v.nbytes())).c_str(),
-                stats.c_str());
+    std::printf("%s %-12s %-18s %10s %s\n", pad_columns(printable(e.name), 40).c_str(),
+                std::string(name(v.dtype)).c_str(), format_shape(v.shape).c_str(),
+                human_bytes(static_cast<double>(v.nbytes())).c_str(), stats.c_str());
   }
   return kAligned;
 }
@@ -240,7 +241,7 @@ int pack(const std::string& in, const std::string& out) {
   const auto& meta = t.raw_metadata();
   const bool had_metadata = !meta.empty();
   write_trace(out, tensors, had_metadata ? &meta : nullptr);
-  std::fprintf(stderr, "wrote %zu tensors to %s\n", tensors.size(), out.c_str());
+  std::fprintf(stderr, "wrote %zu tensors to %s\n", tensors.size(), printable(out).c_str());
   return kAligned;
 }
 
@@ -346,7 +347,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
+    // CLI11's messages quote the arguments as given: printed through the one escaper.
+    std::ostringstream out, err;
+    const int rc = app.exit(e, out, err);
+    std::fputs(out.str().c_str(), stdout);
+    std::istringstream lines(err.str());
+    for (std::string line; std::getline(lines, line);)
+      std::fprintf(stderr, "%s\n", printable(line).c_str());
     return rc == 0 ? 0 : kCouldNotJudge;
   }
   try {

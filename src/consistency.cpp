@@ -12,6 +12,7 @@
 #include "json.hpp"
 #include "numalign/error.hpp"
 #include "numalign/metrics.hpp"
+#include "numalign/text.hpp"
 
 namespace numalign {
 
@@ -227,7 +228,7 @@ std::string render_consistency_text(const ConsistencyReport& report) {
   std::string out = "numalign consistent: " + std::to_string(report.files.size()) +
                     " ranks, rule " + report.rule + "\n";
   for (std::size_t r = 0; r < report.files.size(); ++r) {
-    out += "  rank " + std::to_string(r) + ": " + report.files[r] + "\n";
+    out += "  rank " + std::to_string(r) + ": " + printable(report.files[r]) + "\n";
   }
   out += "\n";
   std::size_t differ = 0;
@@ -235,7 +236,7 @@ std::string render_consistency_text(const ConsistencyReport& report) {
   for (const auto& t : report.tensors) {
     if (t.consistent) continue;
     ++differ;
-    out += "DIFFER  " + t.name + "\n";
+    out += "DIFFER  " + printable(t.name) + "\n";
     for (const auto& d : t.differing) {
       out += "        " + describe(t, d) + "\n";
       ranks.insert(d.rank);
@@ -257,7 +258,7 @@ std::string render_consistency_text(const ConsistencyReport& report) {
 }
 
 std::string render_consistency_json(const ConsistencyReport& report) {
-  detail::JsonWriter w;
+  detail::JsonWriter w(detail::JsonStyle::kTerminalSafe);
   w.begin_object();
   w.key("consistent").boolean(report.consistent());
   w.key("rule").string(report.rule);

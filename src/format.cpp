@@ -3,7 +3,6 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 
 namespace numalign::detail {
 
@@ -26,41 +25,6 @@ std::string json_number(double v) {
   char buf[32];
   const auto res = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, res.ptr);
-}
-
-// XML 1.0 cannot carry most control characters even escaped, and HTML text should not:
-// they are shown as \xNN, as the text report shows them.
-std::string markup_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if (u < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", u);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
 }
 
 }  // namespace numalign::detail

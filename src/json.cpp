@@ -5,11 +5,27 @@
 
 namespace numalign::detail {
 
-void append_json_string(std::string& out, std::string_view s) {
+void append_json_string(std::string& out, std::string_view s, JsonStyle style) {
   static constexpr char kHex[] = "0123456789abcdef";
   out += '"';
-  for (const char ch : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x80) {  // a multi-byte character, or a byte that is not UTF-8
+      const Utf8Char u = next_char(s, i);
+      if (!u.valid) {
+        out += "\\\\x";
+        out += kHex[c >> 4];
+        out += kHex[c & 0xF];
+      } else if (style == JsonStyle::kTerminalSafe &&
+                 (is_control(u.cp) || is_bidi_or_separator(u.cp))) {
+        append_code_point_escape(out, u.cp);
+      } else {
+        out.append(s.substr(i, u.len));
+      }
+      i += u.len - 1;
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";
@@ -33,7 +49,7 @@ void append_json_string(std::string& out, std::string_view s) {
         out += "\\t";
         break;
       default:
-        if (c < 0x20) {
+        if (c < 0x20 || (c == 0x7F && style == JsonStyle::kTerminalSafe)) {
           out += "\\u00";
           out += kHex[c >> 4];
           out += kHex[c & 0xF];

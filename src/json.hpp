@@ -8,26 +8,33 @@
 
 namespace numalign::detail {
 
+// How strings are written: kSerde as serde_json does (trace headers, byte for byte); reports
+// also escape what a terminal acts on (DEL, C1 and bidi controls, as \u00xx / \u202e), so
+// that a report printed raw stays safe and reads back the same.
+enum class JsonStyle { kSerde, kTerminalSafe };
+
 // Escapes as serde_json does: \" \\ \b \f \n \r \t, other control characters as \u00xx
-// (lowercase hex); everything else, UTF-8 included, verbatim.
-void append_json_string(std::string& out, std::string_view s);
+// (lowercase hex); everything else, UTF-8 included, verbatim. A byte that is not part of
+// valid UTF-8 (JSON must be) is written as the text \xNN, as printable() shows it.
+void append_json_string(std::string& out, std::string_view s, JsonStyle style = JsonStyle::kSerde);
 
 class JsonWriter {
  public:
+  explicit JsonWriter(JsonStyle style = JsonStyle::kSerde) : style_(style) {}
   JsonWriter& begin_object() { return open('{'); }
   JsonWriter& end_object() { return close('}'); }
   JsonWriter& begin_array() { return open('['); }
   JsonWriter& end_array() { return close(']'); }
   JsonWriter& key(std::string_view k) {
     separate();
-    append_json_string(out_, k);
+    append_json_string(out_, k, style_);
     out_ += ':';
     after_key_ = true;
     return *this;
   }
   JsonWriter& string(std::string_view s) {
     separate();
-    append_json_string(out_, s);
+    append_json_string(out_, s, style_);
     return *this;
   }
   JsonWriter& raw(std::string_view text) {  // a number or literal already formatted
@@ -64,6 +71,7 @@ class JsonWriter {
       first_.back() = false;
     }
   }
+  JsonStyle style_;
   std::string out_;
   std::vector<bool> first_;
   bool after_key_ = false;

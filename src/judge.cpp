@@ -99,6 +99,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   std::vector<MetricsInput> inputs;
   std::vector<std::size_t> input_of;  // index into results for each input
   std::vector<RuleChoice> choices(tensors.size());
+  const RuleSelector selector(options);
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorTriple& t = tensors[i];
     TensorResult& r = results[i];
@@ -109,7 +110,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
       r.dtype = any->dtype;
       r.shape = any->shape;
     }
-    choices[i] = choose_rule(t.name, any ? any->dtype : DType::F32, options);
+    choices[i] = selector.choose(t.name, any ? any->dtype : DType::F32);
     r.rule = choices[i].rule.spec();
     if (choices[i].override) r.override_reason = choices[i].override->reason;
     if (precheck(t, r)) continue;

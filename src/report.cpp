@@ -7,6 +7,7 @@
 
 #include "format.hpp"
 #include "json.hpp"
+#include "numalign/text.hpp"
 
 namespace numalign {
 
@@ -108,29 +109,10 @@ const char* verdict_word(VerdictKind k) {
 namespace {
 
 // Names longer than `width` keep their head and tail: the tail is what tells tensors apart.
-std::string fit(const std::string& s, std::size_t width) {
-  if (s.size() <= width) return s + std::string(width - s.size(), ' ');
-  const std::size_t tail = width * 2 / 3, head = width - tail - 3;
-  return s.substr(0, head) + "..." + s.substr(s.size() - tail);
-}
+std::string fit(const std::string& s, std::size_t width) { return fit_columns(s, width); }
 
 std::string pad_left(const std::string& s, std::size_t width) {
   return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
-}
-
-// Control characters in names would break the table: show them escaped.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 // Appends `text` indented under a table row, wrapped at spaces to fit 100 columns.
@@ -139,7 +121,10 @@ void append_detail(std::string& out, const std::string& text) {
   std::size_t start = 0;
   while (text.size() - start > kWidth) {
     std::size_t cut = text.rfind(' ', start + kWidth);
-    if (cut == std::string::npos || cut <= start) cut = start + kWidth;  // one long word
+    if (cut == std::string::npos || cut <= start) {  // one long word: cut between characters
+      cut = start + kWidth;
+      while (cut > start + 1 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    }
     out += std::string(kIndent, ' ') + text.substr(start, cut - start) + "\n";
     start = cut < text.size() && text[cut] == ' ' ? cut + 1 : cut;
   }
@@ -220,7 +205,7 @@ std::string render_text(const Report& report, bool verbose) {
     out += "  " + printable(report.title.substr(start, end - start)) + "\n";
     start = end + 1;
   }
-  if (!report.settings.empty()) out += "  settings: " + report.settings + "\n";
+  if (!report.settings.empty()) out += "  settings: " + printable(report.settings) + "\n";
   out += "\n";
   if (report.first_divergence) out += divergence_text(*report.first_divergence) + "\n";
   constexpr std::size_t kName = 38;
@@ -391,7 +376,7 @@ void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
 }  // namespace
 
 std::string render_json(const Report& report) {
-  detail::JsonWriter w;
+  detail::JsonWriter w(detail::JsonStyle::kTerminalSafe);
   w.begin_object();
   w.key("aligned").boolean(report.aligned());
   w.key("summary").begin_object();
@@ -474,40 +459,54 @@ std::string render_json(const Report& report) {
   return w.take() + "\n";
 }
 
-std::string render_junit(const Report& report) {
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+namespace {
+
+void append_junit_suite(std::string& out, const std::string& name, const Report& report) {
+  using detail::Markup;
   const std::size_t f = report.count(VerdictKind::kFail), e = report.count(VerdictKind::kError);
   const std::size_t whole = report.could_not_judge.empty() ? 0 : 1;
-  out += "<testsuites><testsuite name=\"numalign\" tests=\"" +
+  out += "<testsuite name=\"" + detail::markup_escape(name, Markup::kXml) + "\" tests=\"" +
          std::to_string(report.tensors.size() + whole) + "\" failures=\"" + std::to_string(f) +
          "\" errors=\"" + std::to_string(e + whole) + "\">\n";
   if (!report.warnings.empty()) {
     out += "<system-out>";
-    for (const auto& w : report.warnings) out += detail::markup_escape("warning: " + w) + "\n";
+    for (const auto& w : report.warnings)
+      out += detail::markup_escape("warning: " + w, Markup::kXml) + "\n";
     out += "</system-out>\n";
   }
   if (whole) {  // the run itself, so that a CI dashboard shows an error and not a green 0/0
     std::string why;
     for (const auto& w : report.could_not_judge) why += (why.empty() ? "" : "; ") + w;
     out += "<testcase classname=\"numalign\" name=\"(the run)\"><error message=\"" +
-           detail::markup_escape("could not judge: " + why) + "\"/></testcase>\n";
+           detail::markup_escape("could not judge: " + why, Markup::kXml) + "\"/></testcase>\n";
   }
   for (const auto& r : report.tensors) {
-    out += "<testcase classname=\"numalign." + detail::markup_escape(r.rule) + "\" name=\"" +
-           detail::markup_escape(r.name) + "\">";
+    out += "<testcase classname=\"numalign." + detail::markup_escape(r.rule, Markup::kXml) +
+           "\" name=\"" + detail::markup_escape(r.name, Markup::kXml) + "\">";
     const std::string detail =
         r.reason + (r.ratio && r.limit ? " (ratio " + format_number(*r.ratio) + ", limit " +
                                              format_number(*r.limit) + ")"
                                        : std::string());
     if (r.verdict == VerdictKind::kFail) {
-      out += "<failure message=\"" + detail::markup_escape(detail) + "\"/>";
+      out += "<failure message=\"" + detail::markup_escape(detail, Markup::kXml) + "\"/>";
     } else if (r.verdict == VerdictKind::kError) {
-      out += "<error message=\"" + detail::markup_escape(detail) + "\"/>";
+      out += "<error message=\"" + detail::markup_escape(detail, Markup::kXml) + "\"/>";
     }
     out += "</testcase>\n";
   }
-  out += "</testsuite></testsuites>\n";
-  return out;
+  out += "</testsuite>";
+}
+
+}  // namespace
+
+std::string render_junit_suites(const std::vector<JunitSuite>& suites) {
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>";
+  for (const auto& s : suites) append_junit_suite(out, s.name, *s.report);
+  return out + "</testsuites>\n";
+}
+
+std::string render_junit(const Report& report) {
+  return render_junit_suites({{"numalign", &report}});
 }
 
 }  // namespace numalign

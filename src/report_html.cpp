@@ -13,7 +13,7 @@ using detail::format_number;
 
 namespace {
 
-std::string escape(const std::string& s) { return detail::markup_escape(s); }
+std::string escape(const std::string& s) { return detail::markup_escape(s, detail::Markup::kHtml); }
 
 std::string num(double v) {
   char buf[32];

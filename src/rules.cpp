@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "exact_rmse.hpp"
@@ -70,28 +71,6 @@ Rule parse_rule(std::string_view spec, const std::string& where) {
   return r;
 }
 
-bool glob_match(std::string_view pattern, std::string_view name) {
-  // Iterative wildcard match with one backtrack point (the last '*').
-  std::size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
-  while (n < name.size()) {
-    // '*' first: a '*' in the name must not be taken as the pattern's literal '*'.
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = n;
-    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p;
-      ++n;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
 bool selected_by(const std::vector<std::string>& only, std::string_view name) {
   return only.empty() || std::any_of(only.begin(), only.end(),
                                      [&](const std::string& g) { return glob_match(g, name); });
@@ -148,9 +127,51 @@ void check_override_reasons(const JudgeOptions& options) {
 }
 
 RuleChoice choose_rule(const std::string& name, DType dtype, const JudgeOptions& options) {
-  RuleChoice c{options.default_rule, nullptr};
-  for (const auto& o : options.overrides) {
-    if (glob_match(o.glob, name)) c = {o.rule, &o};
+  return RuleSelector(options).choose(name, dtype);
+}
+
+RuleSelector::RuleSelector(const JudgeOptions& options) : options_(options) {
+  globs_.reserve(options.overrides.size());
+  for (const auto& o : options.overrides) globs_.emplace_back(o.glob);
+  for (std::size_t i = 0; i < globs_.size(); ++i) {
+    const Glob& g = globs_[i];  // globs_ no longer grows: the views stay valid
+    if (!g.literal_prefix().empty()) {
+      by_prefix_[g.literal_prefix()].push_back(i);
+      prefix_lengths_.push_back(g.literal_prefix().size());
+    } else if (!g.literal_suffix().empty()) {
+      by_suffix_[g.literal_suffix()].push_back(i);
+      suffix_lengths_.push_back(g.literal_suffix().size());
+    } else {
+      unanchored_.push_back(i);
+    }
+  }
+  for (auto* v : {&prefix_lengths_, &suffix_lengths_}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+}
+
+RuleChoice RuleSelector::choose(std::string_view name, DType dtype) const {
+  // The last override that matches wins: gather those that can, try them from the last.
+  thread_local std::vector<std::size_t> candidates;
+  candidates.assign(unanchored_.begin(), unanchored_.end());
+  for (std::size_t len : prefix_lengths_) {
+    if (len > name.size()) break;
+    if (auto it = by_prefix_.find(name.substr(0, len)); it != by_prefix_.end())
+      candidates.insert(candidates.end(), it->second.begin(), it->second.end());
+  }
+  for (std::size_t len : suffix_lengths_) {
+    if (len > name.size()) break;
+    if (auto it = by_suffix_.find(name.substr(name.size() - len)); it != by_suffix_.end())
+      candidates.insert(candidates.end(), it->second.begin(), it->second.end());
+  }
+  std::sort(candidates.begin(), candidates.end(), std::greater<>());
+  RuleChoice c{options_.default_rule, nullptr};
+  for (std::size_t i : candidates) {
+    if (globs_[i].match(name)) {
+      c = {options_.overrides[i].rule, &options_.overrides[i]};
+      break;
+    }
   }
   // Integers and bools have no rounding: rmse means exact for them, as in same().
   if (!is_floating(dtype) && c.rule.kind == RuleKind::kRmse) c.rule = Rule{RuleKind::kExact, 0};

@@ -9,6 +9,7 @@
 
 #include "format.hpp"
 #include "json.hpp"
+#include "numalign/text.hpp"
 
 namespace numalign {
 
@@ -217,7 +218,7 @@ std::string render_sensitivity_text(const Sensitivity& s) {
   const std::vector<SensitivityRow>& rows = s.rows;
   const std::string& settings = s.settings;
   std::string out = "numalign sensitivity: would this rule catch these bugs in this run?\n";
-  if (!settings.empty()) out += "  settings: " + settings + "\n";
+  if (!settings.empty()) out += "  settings: " + printable(settings) + "\n";
   out += "\nplanted bug                             caught  failing   worst\n";
   for (const auto& r : rows) {
     std::string bug = r.bug;
@@ -232,7 +233,7 @@ std::string render_sensitivity_text(const Sensitivity& s) {
     std::string failing = std::to_string(r.failing);
     if (!baseline) failing += "/" + std::to_string(r.planted);
     failing += std::string(failing.size() < 10 ? 10 - failing.size() : 1, ' ');
-    out += bug + caught + failing + (r.worst.empty() ? "-" : r.worst) + "\n";
+    out += bug + caught + failing + (r.worst.empty() ? "-" : printable(r.worst)) + "\n";
   }
   std::size_t missed = 0, told = 0;
   for (std::size_t i = 1; i < rows.size(); ++i) {
@@ -254,7 +255,7 @@ std::string render_sensitivity_text(const Sensitivity& s) {
 }
 
 std::string render_sensitivity_json(const Sensitivity& s) {
-  detail::JsonWriter w;
+  detail::JsonWriter w(detail::JsonStyle::kTerminalSafe);
   w.begin_object();
   w.key("settings").string(s.settings);
   w.key("bugs").begin_array();

@@ -103,6 +103,13 @@ std::string divergence_text(const FirstDivergence& d);
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
 std::string render_junit(const Report& report);
+// Several reports as one JUnit document, one <testsuite> each, named (e.g. by the test that
+// judged it: the pytest plugin's session report). render_junit is one suite named "numalign".
+struct JunitSuite {
+  std::string name;
+  const Report* report;
+};
+std::string render_junit_suites(const std::vector<JunitSuite>& suites);
 // One self-contained HTML page (no network, no external script; readable without
 // JavaScript): the verdict, the first divergence, warnings, an SVG chart of ratio per
 // tensor in execution order with each limit, the ULP histogram, the error against

@@ -5,8 +5,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include "numalign/glob.hpp"
 #include "numalign/metrics.hpp"
 #include "numalign/tensor.hpp"
 
@@ -32,7 +34,6 @@ struct Override {
   std::string origin;  // "--rule" or the policy file, for messages
 };
 
-bool glob_match(std::string_view pattern, std::string_view name);
 // Whether `name` is selected by `only` (the --only globs): every name when it is empty.
 bool selected_by(const std::vector<std::string>& only, std::string_view name);
 
@@ -95,6 +96,23 @@ struct RuleChoice {
   const Override* override = nullptr;
 };
 RuleChoice choose_rule(const std::string& name, DType dtype, const JudgeOptions& options);
+
+// choose_rule for many names: the overrides' globs compiled once and indexed by their literal
+// prefix (else suffix), so that a name is matched only against the overrides that can match
+// it. `options` must outlive the selector.
+class RuleSelector {
+ public:
+  explicit RuleSelector(const JudgeOptions& options);
+  RuleChoice choose(std::string_view name, DType dtype) const;
+
+ private:
+  using Index = std::unordered_map<std::string_view, std::vector<std::size_t>>;
+  const JudgeOptions& options_;
+  std::vector<Glob> globs_;
+  Index by_prefix_, by_suffix_;                               // override indices by literal
+  std::vector<std::size_t> prefix_lengths_, suffix_lengths_;  // the distinct lengths, ascending
+  std::vector<std::size_t> unanchored_;                       // globs with neither
+};
 
 // Applies a rule to metrics of test/ref/truth that already agree in dtype and shape.
 // truth may be null (ulp / exact / abs need none). The views' data must be readable: where

@@ -31,9 +31,20 @@ def is_tensor(x) -> bool:
     return (torch is not None and isinstance(x, torch.Tensor)) or isinstance(x, np.ndarray)
 
 
+def _check_name(name: str) -> None:
+    """Names cross to the core as UTF-8: one that cannot be encoded (a lone surrogate) is
+    refused here, naming it, rather than by the binding's type check."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"tensor {name!r}: the name is not valid Unicode ({e.reason} at "
+                         f"position {e.start}) and cannot be written as UTF-8") from None
+
+
 def to_core(x, name: str):
     """(safetensors dtype, shape, data) of a tensor or array for the core, zero copy when it
     can be: data is uint8 bytes, or for a torch tensor (address, size, tensor)."""
+    _check_name(name)
     if torch is not None and isinstance(x, torch.Tensor):
         code = _TORCH_NAMES.get(x.dtype)
         if code is None:

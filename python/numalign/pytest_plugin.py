@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
-from . import api
+from . import _core, api
 
 _state = {"reports": [], "current": None}
 
@@ -30,11 +29,7 @@ def _record(report):
 
 
 def _write_atomic(path, text):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".numalign-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    _core.write_file_atomic(os.fspath(path), text)
 
 
 def pytest_sessionfinish(session):
@@ -43,9 +38,7 @@ def pytest_sessionfinish(session):
         return
     judgements = [{"test": nodeid, "report": json.loads(r.to_json())} for nodeid, r in _state["reports"]]
     _write_atomic(path, json.dumps({"judgements": judgements}, indent=1) + "\n")
-    suites = "".join(r.to_junit().split("?>", 1)[1].replace("<testsuites>", "").replace("</testsuites>", "")
-                     for _, r in _state["reports"])
-    _write_atomic(os.path.splitext(path)[0] + ".xml",
-                  '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>' + suites + "</testsuites>\n")
+    suites = [(nodeid or "numalign", r._core) for nodeid, r in _state["reports"]]
+    _write_atomic(os.path.splitext(path)[0] + ".xml", _core.render_junit_suites(suites))
     if _record in api._recorders:
         api._recorders.remove(_record)

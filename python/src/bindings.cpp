@@ -21,6 +21,7 @@
 #include "numalign/report_transfer.hpp"
 #include "numalign/sensitivity.hpp"
 #include "numalign/trace.hpp"
+#include "numalign/trace_writer.hpp"
 #include "numalign/version.hpp"
 
 namespace nb = nanobind;
@@ -147,6 +148,21 @@ NB_MODULE(_core, m) {
       .def("__setstate__", [](Report& r, const nb::bytes& state) {
         new (&r) Report(decode_report({state.c_str(), state.size()}, "pickled report"));
       });
+
+  // [(suite name, report)] as one JUnit document (the pytest plugin's session report).
+  m.def(
+      "render_junit_suites",
+      [](const std::vector<std::pair<std::string, const Report*>>& parts) {
+        std::vector<JunitSuite> suites;
+        for (const auto& [name, report] : parts) suites.push_back({name, report});
+        return render_junit_suites(suites);
+      },
+      "suites"_a);
+  // The core's atomic writer (temporary file beside the target, fsync, rename).
+  m.def(
+      "write_file_atomic",
+      [](const std::string& path, const std::string& content) { write_file_atomic(path, content); },
+      "path"_a, "content"_a);
 
   // "(3, 5)": the index of a flat position, as every report writes it.
   m.def("format_index", &format_index, "shape"_a, "flat"_a);

@@ -1,5 +1,5 @@
 // format_test.cpp: numbers for people (4 significant digits) and for JSON (shortest round
-// trip), and markup escaping.
+// trip); markup escaping is tested with the escaper in text_test.cpp.
 #include "format.hpp"
 
 #include <gtest/gtest.h>
@@ -36,13 +36,6 @@ TEST(FormatTest, JsonNumbersReadBackExactly) {
     const std::string s = json_number(v);
     EXPECT_EQ(std::strtod(s.c_str(), nullptr), v) << s;
   }
-}
-
-TEST(FormatTest, MarkupEscapesEntitiesAndControlCharacters) {
-  EXPECT_EQ(markup_escape("a&b<c>\"d\"'e'"), "a&amp;b&lt;c&gt;&quot;d&quot;&apos;e&apos;");
-  EXPECT_EQ(markup_escape(std::string("x\x01y\x1f", 4)), "x\\x01y\\x1f");
-  EXPECT_EQ(markup_escape("tab\tline\ncr\r"), "tab\tline\ncr\r") << "whitespace stays";
-  EXPECT_EQ(markup_escape("μ-ß"), "μ-ß") << "UTF-8 stays";
 }
 
 }  // namespace

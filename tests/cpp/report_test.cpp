@@ -166,6 +166,22 @@ TEST(ReportTest, TextEscapesControlCharactersInNamesAndReasons) {
   }
 }
 
+TEST(ReportTest, JunitSuitesOnePerReportNamedAndEscaped) {
+  Report a, b;
+  a.tensors = {result("x", VerdictKind::kPass, 0.5, 3.0, 0)};
+  b.tensors = {result("y<\u202e", VerdictKind::kFail, 4.5, 3.0, 0),
+               result("z", VerdictKind::kPass, 0.5, 3.0, 1)};
+  const std::string xml = render_junit_suites({{"t.py::a&\n", &a}, {"t.py::b", &b}});
+  EXPECT_EQ(xml.rfind("<?xml", 0), 0u);
+  EXPECT_NE(xml.find("<testsuite name=\"t.py::a&amp;&#10;\" tests=\"1\" failures=\"0\""),
+            std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("<testsuite name=\"t.py::b\" tests=\"2\" failures=\"1\""), std::string::npos);
+  EXPECT_NE(xml.find("name=\"y&lt;&#x202e;\""), std::string::npos) << xml;
+  EXPECT_EQ(xml.find("<testsuites>"), xml.rfind("<testsuites>")) << "one document";
+  EXPECT_EQ(render_junit(a), render_junit_suites({{"numalign", &a}}));
+}
+
 TEST(ReportTest, JsonFieldsParseBack) {
   Report r;
   r.settings = "rule rmse";

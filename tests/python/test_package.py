@@ -166,3 +166,29 @@ def test_judge_leaves_the_garbage_collector_as_it_found_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_pytest_plugin_joins_suites_in_the_core(tmp_path):
+    """One <testsuite> per judgement, named by its test, rendered by the core (well-formed for
+    any name); the files written by the core's atomic writer, not by the plugin's own code."""
+    (tmp_path / "test_two.py").write_text(
+        "import torch, numalign\n"
+        "u = torch.arange(8, dtype=torch.float64)\n"
+        "def test_a():\n"
+        "    numalign.judge({'x\\ufffe<&': u.float()}, {'x\\ufffe<&': u.float()}, {'x\\ufffe<&': u})\n"
+        "def test_b():\n"
+        "    numalign.judge({'y\\n': u.float() + 1}, {'y\\n': u.float()}, {'y\\n': u})\n")
+    out = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", f"--numalign-report={out}",
+                           str(tmp_path / "test_two.py")], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import xml.dom.minidom
+    doc = xml.dom.minidom.parse(str(tmp_path / "report.xml"))
+    suites = doc.getElementsByTagName("testsuite")
+    assert [s.getAttribute("name") for s in suites] == ["test_two.py::test_a", "test_two.py::test_b"]
+    assert [s.getAttribute("failures") for s in suites] == ["0", "1"]
+    names = [c.getAttribute("name") for c in doc.getElementsByTagName("testcase")]
+    assert names == ["x\\ufffe<&", "y\n"]
+    from numalign import pytest_plugin
+    source = open(pytest_plugin.__file__).read()
+    assert "tempfile" not in source and "<testsuites>" not in source
