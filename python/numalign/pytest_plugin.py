@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
-from . import api
+from . import _core, api
 
 _state = {"reports": [], "current": None}
 
@@ -30,11 +29,8 @@ def _record(report):
 
 
 def _write_atomic(path, text):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".numalign-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """The core's writer, as the CLI's -o: links followed, mode kept, devices written through."""
+    _core.write_file(os.fspath(path), text)
 
 
 def pytest_sessionfinish(session):

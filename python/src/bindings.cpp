@@ -327,4 +327,13 @@ NB_MODULE(_core, m) {
         write_trace(path, named, metadata ? &*metadata : nullptr);
       },
       "path"_a, "tensors"_a, "metadata"_a = nb::none());
+  m.def(
+      "write_file",
+      [](const std::string& path, const std::string& text) {
+        nb::gil_scoped_release release;
+        write_file_atomic(path, text);
+      },
+      "path"_a, "text"_a,
+      "Writes text as the CLI's -o does: atomically (links followed, mode kept), or through\n"
+      "a device, FIFO or '-' (stdout).");
 }
