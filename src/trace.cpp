@@ -14,6 +14,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "fault_guard.hpp"
 #include "json.hpp"
 #include "name_index.hpp"
 #include "numalign/error.hpp"
@@ -81,11 +82,14 @@ class MappedFile {
       }
       ::madvise(p, size_, MADV_SEQUENTIAL);
       data_ = static_cast<const std::byte*>(p);
+      detail::register_mapping(p, size_, path);
     }
     ::close(fd);
   }
   ~MappedFile() {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (!data_) return;
+    detail::unregister_mapping(data_);
+    ::munmap(const_cast<std::byte*>(data_), size_);
   }
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -109,3 +109,26 @@ def test_fingerprints_see_values_not_lazy_bits():
     from numalign._tensors import fingerprint
     x = torch.arange(1.0, 5.0)
     assert fingerprint(torch._neg_view(x)) == fingerprint(-x)
+
+
+def test_a_trace_truncated_while_loaded_raises_and_the_interpreter_survives(tmp_path):
+    x = torch.randn(1 << 20)
+    for name, t in (("test", x), ("ref", x), ("truth", x.double())):
+        save_file({"a": t}, tmp_path / f"{name}.safetensors")
+    # In a child: before the fix the interpreter died of SIGBUS.
+    code = textwrap.dedent(f"""
+        import os, numalign
+        d = {str(tmp_path)!r}
+        t = numalign.Trace.load(d + "/test.safetensors")
+        os.truncate(d + "/test.safetensors", 100)
+        try:
+            numalign.judge(t, d + "/ref.safetensors", d + "/truth.safetensors")
+            print("judged")
+        except ValueError as e:
+            assert "test.safetensors" in str(e) and "changed while being read" in str(e), str(e)
+            print("raised")
+        print("alive")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.split() == ["raised", "alive"], r.stdout
