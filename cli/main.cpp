@@ -145,14 +145,24 @@ OpenedTraces open_traces(const std::string& test, const std::string& ref,
   return t;
 }
 
+// Refuses an output that is one of the inputs (the paths given, and every file read through
+// them: shards, an index), before any work is done.
+void refuse_clobbering(const std::string& output, std::vector<std::string> inputs,
+                       std::initializer_list<const Trace*> traces) {
+  for (const Trace* t : traces) {
+    if (t) inputs.insert(inputs.end(), t->files().begin(), t->files().end());
+  }
+  refuse_output_over_input(output, inputs);
+}
+
 int emit(const Report& report, const OutputOptions& c) {
   std::string text = c.format == "json"    ? render_json(report)
                      : c.format == "junit" ? render_junit(report)
                      : c.format == "html"  ? render_html(report)
                                            : render_text(report, c.verbose);
   write_file_atomic(c.output, text);
-  if (c.output != "-" && c.format != "text") {
-    // Machine formats went to a file: still tell the person at the terminal the outcome.
+  if (c.output != "-") {
+    // The report went to a file: still tell the person at the terminal the outcome.
     std::fprintf(stderr, "%s\n", render_summary(report).c_str());
   }
   return report.exit_code();
@@ -236,6 +246,7 @@ int dump(const std::string& path, const std::string& tensor, std::uint64_t limit
 
 int pack(const std::string& in, const std::string& out) {
   const Trace t = Trace::open(in);
+  refuse_clobbering(out, {in}, {&t});
   std::vector<NamedTensor> tensors;
   for (const auto& e : t.entries()) tensors.push_back({e.name, e.view});
   const auto& meta = t.raw_metadata();
@@ -247,8 +258,9 @@ int pack(const std::string& in, const std::string& out) {
 
 // Options resolve before any file is read: a bad option is reported first.
 int run_judge(const JudgeOptions& options, const std::string& test, const std::string& ref,
-              const std::string& truth, const OutputOptions& out) {
+              const std::string& truth, const std::string& policy, const OutputOptions& out) {
   const OpenedTraces t = open_traces(test, ref, truth);
+  refuse_clobbering(out.output, {test, ref, truth, policy}, {&t.test, &t.ref, t.truth_or_null()});
   Progress progress(!out.no_progress);
   const Report report = judge(t.test, t.ref, t.truth_or_null(), options, progress.callback());
   return emit(report, out);
@@ -258,6 +270,8 @@ int run_sensitivity(const TraceArguments& traces, const JudgeArguments& args,
                     const SensitivityOptions& sopt, const OutputOptions& out) {
   const JudgeOptions options = resolve_options(args);
   const OpenedTraces t = open_traces(traces.test, traces.ref, traces.truth);
+  refuse_clobbering(out.output, {traces.test, traces.ref, traces.truth, args.policy_path},
+                    {&t.test, &t.ref, t.truth_or_null()});
   const Sensitivity s = sensitivity(t.test, t.ref, t.truth_or_null(), options, sopt);
   write_file_atomic(out.output,
                     out.format == "json" ? render_sensitivity_json(s) : render_sensitivity_text(s));
@@ -270,7 +284,12 @@ int run_consistent(const std::vector<std::string>& files, const std::string& rul
   std::vector<Trace> traces;
   for (const auto& f : files) traces.push_back(Trace::open(f));
   std::vector<const Trace*> ranks;
-  for (const auto& t : traces) ranks.push_back(&t);
+  std::vector<std::string> inputs = files;
+  for (const auto& t : traces) {
+    ranks.push_back(&t);
+    inputs.insert(inputs.end(), t.files().begin(), t.files().end());
+  }
+  refuse_output_over_input(out.output, inputs);
   const ConsistencyReport report =
       check_consistent(ranks, files, rule, args.only, args.threads.value_or(0));
   write_file_atomic(out.output, out.format == "json" ? render_consistency_json(report)
@@ -365,7 +384,8 @@ int main(int argc, char** argv) {
     if (*judge_cmd) {
       add_rule_arguments(traces.rules, args);
       args.magnitude_profile = out.format == "html";  // the page charts it
-      return run_judge(resolve_options(args), traces.test, traces.ref, traces.truth, out);
+      return run_judge(resolve_options(args), traces.test, traces.ref, traces.truth,
+                       args.policy_path, out);
     }
     if (*compare_cmd) {
       const Rule rule = parse_rule(compare_rule, "--rule");
@@ -374,7 +394,7 @@ int main(int argc, char** argv) {
       }
       args.rules.push_back({"", compare_rule, ""});
       args.magnitude_profile = out.format == "html";
-      return run_judge(resolve_options(args), a, b, "", out);
+      return run_judge(resolve_options(args), a, b, "", args.policy_path, out);
     }
     if (*inspect_cmd) return inspect(inspect_path);
     if (*dump_cmd) return dump(dump_path, dump_tensor, dump_limit);

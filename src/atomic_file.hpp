@@ -1,6 +1,10 @@
-// atomic_file.hpp: a file written under a temporary name beside its target and renamed
-// into place only once complete, so that a crash never leaves a partial file there.
+// atomic_file.hpp: every file the library writes. A regular file (or a new one) is written
+// under a temporary name beside its target and renamed into place only once complete, so that
+// a crash never leaves a partial file there; what is not a regular file (a terminal, a device,
+// a FIFO, "-" for stdout) is written through, never renamed over.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -9,10 +13,18 @@
 
 namespace numalign::detail {
 
-// The temporary file is created in the target's folder (a rename is atomic only within one
-// file system) as ".<name>.tmp.XXXXXX". Every failure throws Error naming the target.
+// Temporary files are named "<kTempPrefix><pid>.<16 random hex digits>" in the target's
+// folder (a rename is atomic only within one file system), created exclusively (O_EXCL, so a
+// planted link is never followed) with mode 0666 less the umask. They are removed on abort,
+// on destruction, on SIGINT / SIGTERM (when the process left those signals at their default),
+// and, for one left by a process that died (SIGKILL), by the next AtomicFile in that folder.
+inline constexpr std::string_view kTempPrefix = ".numalign-tmp.";
+
 class AtomicFile {
  public:
+  // `target`: "-" is stdout; a symlink is followed to the file it names (a dangling one
+  // creates it); a character or block device, FIFO or socket is opened and written through;
+  // a directory is refused. Every failure throws Error naming the target.
   explicit AtomicFile(std::string target);
   // Removes the temporary file unless it was committed.
   ~AtomicFile();
@@ -25,17 +37,29 @@ class AtomicFile {
   // Appends n bytes of the open file `fd` from `offset`, copied in the kernel where the file
   // systems allow it (copy_file_range), else through a small buffer.
   void append_from(int fd, std::uint64_t offset, std::uint64_t n);
-  // Makes the file readable by all (0644), flushes it to disk and renames it over the target.
+  // A replaced file keeps the mode (and, where allowed, the owner) of the file it replaces;
+  // the data is flushed to disk and renamed over the target. Written through: nothing more.
   void commit();
-  // Removes the temporary file now; the target is left as it was.
+  // Removes the temporary file now; the target is left as it was (what was written through
+  // a device or FIFO is gone already).
   void abort();
 
   const std::string& target() const { return target_; }
+  // Whether the target is written through (stdout, a device, a FIFO) rather than replaced.
+  bool written_through() const { return tmp_.empty(); }
 
  private:
   void close_fd();
-  std::string target_, tmp_;
+  std::string target_;
+  std::string final_;  // the regular file to replace: the target with its links resolved
+  std::string tmp_;    // the temporary file; empty when written through
   int fd_ = -1;
+  bool owns_fd_ = true;  // false for stdout and the process's own descriptors
+  bool existed_ = false;
+  mode_t mode_ = 0;  // the replaced file's mode, uid and gid
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+  int slot_ = -1;      // its place among the temporaries removed on a signal
   bool done_ = false;  // committed or aborted: nothing left to remove
 };
 

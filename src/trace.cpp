@@ -11,10 +11,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
+#include <unordered_set>
 
+#include "fault_guard.hpp"
 #include "json.hpp"
 #include "name_index.hpp"
 #include "numalign/error.hpp"
@@ -23,20 +23,55 @@ namespace numalign {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// An open descriptor of a regular file, or Error. Only regular files are read: a FIFO or a
+// device is refused before it is opened (it could block the open, or never end), and again
+// after (it could have been swapped in between: the open does not block, O_NONBLOCK).
+int open_regular_file(const std::string& path, struct stat& st) {
+  if (::stat(path.c_str(), &st) != 0)
+    fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a safetensors file");
+  if (!S_ISREG(st.st_mode))
+    fail(path, "not a regular file (a FIFO, device or socket is never read)");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, "not a regular file (a FIFO, device or socket is never read)");
+  }
+  return fd;
+}
+
+// A whole (small) regular file's bytes: an index.
+std::string read_regular_file(const std::string& path) {
+  struct stat st {};
+  const int fd = open_regular_file(path, st);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t k = ::read(fd, buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      const int e = errno;
+      ::close(fd);
+      fail(path, std::string("cannot read: ") + std::strerror(e));
+    }
+    if (k == 0) break;
+    out.append(buf, static_cast<std::size_t>(k));
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
 // A read-only private mapping of a whole file; the file is never written.
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0)
-      fail(path, std::string("cannot open: ") + std::strerror(errno));
-    if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a safetensors file");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      fail(path, "not a regular file");
-    }
+    const int fd = open_regular_file(path, st);
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -47,11 +82,14 @@ class MappedFile {
       }
       ::madvise(p, size_, MADV_SEQUENTIAL);
       data_ = static_cast<const std::byte*>(p);
+      detail::register_mapping(p, size_, path);
     }
     ::close(fd);
   }
   ~MappedFile() {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (!data_) return;
+    detail::unregister_mapping(data_);
+    ::munmap(const_cast<std::byte*>(data_), size_);
   }
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -122,13 +160,14 @@ Frame read_frame(std::span<const std::byte> bytes, const std::string& label) {
   }
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<std::uint8_t>(bytes[i]);
+  // The length is not printed: in a file that is not a trace, it is 8 bytes of its content.
   if (n > kMaxHeaderSize) {
-    fail(label, "header length " + std::to_string(n) + " exceeds the " +
-                    std::to_string(kMaxHeaderSize) + "-byte limit (not a safetensors file?)");
+    fail(label, "the header length (first 8 bytes) exceeds the " + std::to_string(kMaxHeaderSize) +
+                    "-byte limit: not a safetensors file");
   }
   if (n > size - 8) {
-    fail(label, "header length " + std::to_string(n) + " runs past the end of the file (" +
-                    std::to_string(size) + " bytes): truncated?");
+    fail(label, "the header length (first 8 bytes) runs past the end of the file (" +
+                    std::to_string(size) + " bytes): truncated, or not a safetensors file");
   }
   const std::string_view header(reinterpret_cast<const char*>(bytes.data() + 8), n);
   if (!simdjson::validate_utf8(header.data(), header.size())) {
@@ -224,6 +263,41 @@ void parse_entries(const simdjson::dom::object& root, std::uint32_t file, const 
     extents.emplace_back(read_u64(offsets_arr.at(0).value_unsafe(), key, label, "data_offsets"),
                          read_u64(offsets_arr.at(1).value_unsafe(), key, label, "data_offsets"));
     entries.push_back({std::string(key), TensorView{last_dtype, std::move(shape), nullptr}, file});
+  }
+}
+
+// "-0" in a shape or data_offsets: the DOM reads it as the integer 0, but the reference (serde
+// reading a usize) refuses it, as it refuses every negative number. Only headers holding the
+// characters "-0" at all (rarely more than a name's) are read a second time, on demand, for it.
+void refuse_negative_zeros(std::string_view header, const std::string& label) {
+  if (header.find("-0") == std::string_view::npos) return;
+  simdjson::ondemand::parser parser;
+  const simdjson::padded_string copy(header);
+  simdjson::ondemand::document doc = parser.iterate(copy);
+  simdjson::ondemand::object root;
+  if (doc.get_object().get(root)) return;  // the DOM parse reports what is wrong
+  for (auto field : root) {
+    std::string_view key;
+    simdjson::ondemand::object entry;
+    if (field.unescaped_key().get(key) || key == "__metadata__" ||
+        field.value().get_object().get(entry)) {
+      continue;
+    }
+    for (auto f : entry) {
+      std::string_view name;
+      simdjson::ondemand::array arr;
+      if (f.unescaped_key().get(name) || (name != "shape" && name != "data_offsets") ||
+          f.value().get_array().get(arr)) {
+        continue;
+      }
+      for (auto v : arr) {
+        std::string_view raw;
+        if (!v.raw_json_token().get(raw) && raw.starts_with('-')) {
+          fail(label,
+               tensor_named(key) + ": " + std::string(name) + " must hold non-negative integers");
+        }
+      }
+    }
   }
 }
 
@@ -349,6 +423,7 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label)
   std::vector<Extent> extents;
   std::map<std::string, std::string> file_metadata;
   parse_entries(root, file, label, entries_, extents, file_metadata);
+  refuse_negative_zeros(frame.header, label);
   if (!index_) index_ = std::make_shared<detail::NameIndex>();
   index_names(*index_, entries_, first, file_paths_, label);
   const std::vector<std::uint32_t> by_offset = order_by_offset(extents);
@@ -388,26 +463,57 @@ void Trace::adopt_metadata(std::map<std::string, std::string> raw, const std::st
 
 namespace {
 
+// The real path of an existing path, or "" (a missing shard is reported when it is opened).
+std::string real_path(const std::string& path) {
+  char* r = ::realpath(path.c_str(), nullptr);
+  if (!r) return "";
+  std::string out(r);
+  std::free(r);
+  return out;
+}
+
+// The shard files an index names, each once (paths equal after normalisation are one file).
+// A shard must lie inside the index's folder: no absolute path, no "..", no link whose target
+// leaves the folder; every name is checked before any shard is opened.
 std::vector<std::string> shards_of_index(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open index");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_regular_file(path);
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
-  if (auto err = parser.parse(simdjson::padded_string(ss.str())).get(doc)) {
+  if (auto err = parser.parse(simdjson::padded_string(text)).get(doc)) {
     fail(path, std::string("index is not valid JSON: ") + simdjson::error_message(err));
   }
   simdjson::dom::object map;
   if (doc["weight_map"].get(map)) fail(path, "index has no \"weight_map\" object");
-  std::vector<std::string> shards;
   const fs::path dir = fs::path(path).parent_path();
+  auto outside = [&](std::string_view key, std::string_view shard) {
+    fail(path, "weight_map value of " + json_quoted(key) + " (" + json_quoted(shard) +
+                   ") is outside the index's folder: shards must lie inside it");
+  };
+  std::vector<std::string> shards;
+  std::unordered_set<std::string> seen;
+  std::vector<std::string_view> keys;
   for (auto f : map) {
     std::string_view shard;
     if (f.value.get(shard))
       fail(path, "weight_map value of " + json_quoted(f.key) + " is not a string");
-    const std::string full = (dir / std::string(shard)).string();
-    if (std::find(shards.begin(), shards.end(), full) == shards.end()) shards.push_back(full);
+    const fs::path named(shard);
+    const fs::path normal = named.lexically_normal();
+    if (named.is_absolute() || normal.empty() || *normal.begin() == "..") outside(f.key, shard);
+    if (seen.insert(normal.string()).second) {
+      shards.push_back((dir / normal).string());
+      keys.push_back(f.key);
+    }
+  }
+  // Links: the real path of each shard must stay under the real path of the folder.
+  const std::string root = real_path(dir.empty() ? "." : dir.string());
+  if (!root.empty()) {
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      const std::string real = real_path(shards[i]);
+      if (!real.empty() && !(real.size() > root.size() && real.starts_with(root) &&
+                             (root.back() == '/' || real[root.size()] == '/'))) {
+        outside(keys[i], fs::path(shards[i]).lexically_relative(dir).string());
+      }
+    }
   }
   std::sort(shards.begin(), shards.end());
   return shards;

@@ -95,12 +95,16 @@ void write_trace(const std::string& path, const std::vector<NamedTensor>& tensor
 
 namespace {
 
-// An unnamed file in `dir`: nothing to clean up, whatever ends the process.
+// An unnamed file in `dir` (or, where that folder takes none, the temporary folder): nothing
+// to clean up, whatever ends the process.
 int unnamed_file(const std::string& dir, const std::string& target) {
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd >= 0) return fd;
-  std::string pattern = dir + "/.numalign-stream.XXXXXX";  // no O_TMPFILE here: name, unlink
-  fd = ::mkstemp(pattern.data());
+  for (const std::string& d : {dir, std::filesystem::temp_directory_path().string()}) {
+    const int fd = ::open(d.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) return fd;
+  }
+  // No O_TMPFILE here: an exclusive, unpredictable name, unlinked at once.
+  std::string pattern = dir + "/" + std::string(detail::kTempPrefix) + "stream.XXXXXX";
+  const int fd = ::mkostemp(pattern.data(), O_CLOEXEC);
   if (fd < 0) fail(target, std::string("cannot create a side file: ") + std::strerror(errno));
   ::unlink(pattern.c_str());
   return fd;
@@ -156,10 +160,6 @@ void TraceStreamWriter::abort() {
 }
 
 void write_file_atomic(const std::string& path, std::string_view content) {
-  if (path == "-") {
-    std::fwrite(content.data(), 1, content.size(), stdout);
-    return;
-  }
   detail::AtomicFile out(path);
   out.write(content);
   out.commit();

@@ -52,7 +52,13 @@ class TraceStreamWriter {
   std::uint64_t size_ = 0;
 };
 
-// Writes `content` to `path` atomically (temp + fsync + rename); "-" writes to stdout.
+// Writes `content` to `path` atomically (temp + fsync + rename); "-" writes to stdout, and a
+// device or FIFO is written through (see AtomicFile in src/atomic_file.hpp).
 void write_file_atomic(const std::string& path, std::string_view content);
+
+// Throws Error(output, ...) naming both files when `output` exists and is the same file
+// (device and inode, through any path or link) as one of `inputs`: a report or trace written
+// there would destroy what it was made from. "-" and paths that do not exist pass.
+void refuse_output_over_input(const std::string& output, const std::vector<std::string>& inputs);
 
 }  // namespace numalign

@@ -193,3 +193,9 @@ class TraceStreamWriter:
     def abort(self) -> None: ...
 
 def write_trace(path: str, tensors: Sequence[tuple[str, tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]]]], metadata: Mapping[str, str] | None = None) -> None: ...
+
+def write_file(path: str, text: str) -> None:
+    """
+    Writes text as the CLI's -o does: atomically (links followed, mode kept), or through
+    a device, FIFO or '-' (stdout).
+    """

@@ -50,6 +50,8 @@ def to_core(x, name: str):
         if code is None:
             raise TypeError(f"tensor {name!r}: dtype {x.dtype} is not supported")
         t = x
+        if t.is_neg() or t.is_conj():  # lazy bits: the bytes in memory are not the values
+            t = t.detach().resolve_neg().resolve_conj()
         if not t.is_cpu:
             t = t.detach().cpu()  # one copy to the host
         if not t.is_contiguous():
@@ -72,7 +74,7 @@ def to_core(x, name: str):
 def fingerprint(t) -> str:
     """A hash of a tensor's dtype, shape and bytes: equal tensors give equal fingerprints
     (the inputs of runs in trace metadata; replicated tensors across ranks)."""
-    t = t.detach().cpu().contiguous()
+    t = t.detach().resolve_neg().resolve_conj().cpu().contiguous()
     h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
     if t.numel():
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())

@@ -158,12 +158,6 @@ NB_MODULE(_core, m) {
         return render_junit_suites(suites);
       },
       "suites"_a);
-  // The core's atomic writer (temporary file beside the target, fsync, rename).
-  m.def(
-      "write_file_atomic",
-      [](const std::string& path, const std::string& content) { write_file_atomic(path, content); },
-      "path"_a, "content"_a);
-
   // "(3, 5)": the index of a flat position, as every report writes it.
   m.def("format_index", &format_index, "shape"_a, "flat"_a);
 
@@ -344,4 +338,13 @@ NB_MODULE(_core, m) {
         write_trace(path, named, metadata ? &*metadata : nullptr);
       },
       "path"_a, "tensors"_a, "metadata"_a = nb::none());
+  m.def(
+      "write_file",
+      [](const std::string& path, const std::string& text) {
+        nb::gil_scoped_release release;
+        write_file_atomic(path, text);
+      },
+      "path"_a, "text"_a,
+      "Writes text as the CLI's -o does: atomically (links followed, mode kept), or through\n"
+      "a device, FIFO or '-' (stdout).");
 }

@@ -3,11 +3,17 @@
 #include "atomic_file.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "numalign/error.hpp"
 #include "temp_dir.hpp"
@@ -78,7 +84,7 @@ TEST(AtomicFileTest, FailuresNameTheTarget) {
   } catch (const Error& e) {
     EXPECT_EQ(e.where(), nowhere);
   }
-  // A rename over a directory fails: the temporary is removed and the directory stays.
+  // A directory is refused before anything is written: it stays, and no temporary is left.
   const std::string folder = dir.file("folder");
   fs::create_directory(folder);
   fs::create_directory(dir.file("folder/inside"));
@@ -86,13 +92,174 @@ TEST(AtomicFileTest, FailuresNameTheTarget) {
     AtomicFile f(folder);
     f.write("x");
     f.commit();
-    FAIL() << "renamed over a non-empty directory";
+    FAIL() << "wrote over a directory";
   } catch (const Error& e) {
     EXPECT_EQ(e.where(), folder);
-    EXPECT_EQ(e.problem().rfind("cannot rename into place: ", 0), 0u) << e.problem();
+    EXPECT_NE(e.problem().find("directory"), std::string::npos) << e.problem();
   }
   EXPECT_TRUE(fs::is_directory(folder));
   EXPECT_EQ(files_in(dir), 1u);
+}
+
+// ---- hostile targets (issue 20) ----
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+void write_all(const std::string& target, const std::string& text) {
+  AtomicFile f(target);
+  f.write(text);
+  f.commit();
+}
+
+TEST(AtomicFileTest, AnExistingFileKeepsItsModeAndANewOneHonoursTheUmask) {
+  TempDir dir;
+  const std::string kept = dir.file("private.txt");
+  std::ofstream(kept) << "old";
+  ASSERT_EQ(::chmod(kept.c_str(), 0600), 0);
+  write_all(kept, "new");
+  EXPECT_EQ(read_all(kept), "new");
+  EXPECT_EQ(mode_of(kept), 0600u);
+  ASSERT_EQ(::chmod(kept.c_str(), 0755), 0);
+  write_all(kept, "newer");
+  EXPECT_EQ(mode_of(kept), 0755u);
+
+  const mode_t old_mask = ::umask(027);
+  write_all(dir.file("fresh.txt"), "x");
+  ::umask(077);
+  write_all(dir.file("fresher.txt"), "x");
+  ::umask(old_mask);
+  EXPECT_EQ(mode_of(dir.file("fresh.txt")), 0640u);
+  EXPECT_EQ(mode_of(dir.file("fresher.txt")), 0600u);
+}
+
+TEST(AtomicFileTest, ASymlinkIsResolvedAndItsTargetReplaced) {
+  TempDir dir;
+  fs::create_directory(dir.file("real"));
+  const std::string real = dir.file("real/report.json");
+  std::ofstream(real) << "old";
+  const std::string link = dir.file("link.json");
+  fs::create_symlink("real/report.json", link);  // relative to the link's folder
+  const std::string chain = dir.file("chain.json");
+  fs::create_symlink(link, chain);
+  write_all(chain, "new");
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::is_symlink(chain));
+  EXPECT_EQ(read_all(real), "new");
+  // A dangling link creates its target, as a shell's redirection would.
+  const std::string dangling = dir.file("dangling.json");
+  fs::create_symlink("real/created.json", dangling);
+  write_all(dangling, "made");
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_EQ(read_all(dir.file("real/created.json")), "made");
+  EXPECT_EQ(files_in(dir), 4u) << "no temporary left beside the links";
+}
+
+TEST(AtomicFileTest, AFifoIsWrittenThroughNotRenamedOver) {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    got = ss.str();
+  });
+  {
+    AtomicFile f(fifo);
+    f.write("through ");
+    f.write("the pipe");
+    f.commit();
+  }
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO is still a FIFO";
+  EXPECT_EQ(files_in(dir), 1u);
+}
+
+// Temporary names carry the process id and a random part; two writers never share one.
+TEST(AtomicFileTest, TemporariesAreUnpredictableAndRecognisable) {
+  TempDir dir;
+  AtomicFile a(dir.file("out")), b(dir.file("out"));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename());
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_NE(names[0], names[1]);
+  const std::string prefix = ".numalign-tmp." + std::to_string(::getpid()) + ".";
+  for (const auto& n : names) {
+    EXPECT_EQ(n.rfind(prefix, 0), 0u) << n;
+    EXPECT_GE(n.size(), prefix.size() + 16) << "a random part of 64 bits: " << n;
+  }
+}
+
+pid_t a_dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+TEST(AtomicFileTest, TemporariesLeftByADeadProcessAreRemovedOnTheNextWrite) {
+  TempDir dir;
+  const std::string stale =
+      dir.file(".numalign-tmp." + std::to_string(a_dead_pid()) + ".0123456789abcdef");
+  const std::string live = dir.file(".numalign-tmp.1.0123456789abcdef");  // pid 1 is alive
+  const std::string other = dir.file(".numalign-tmp.not-ours");
+  for (const auto& p : {stale, live, other}) std::ofstream(p) << "x";
+  write_all(dir.file("out"), "new");
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live)) << "its writer may still be running";
+  EXPECT_TRUE(fs::exists(other));
+}
+
+// SIGTERM and SIGINT (when the process had not set a handler of its own) remove the temporary
+// before the process dies of the signal.
+TEST(AtomicFileTest, SigtermAndSigintRemoveTheTemporary) {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    TempDir dir;
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::signal(sig, SIG_DFL);
+      AtomicFile f(dir.file("big.bin"));
+      f.write(std::string(1 << 16, 'x'));
+      (void)!::write(ready[1], "r", 1);
+      for (;;) ::pause();
+    }
+    char c;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    EXPECT_EQ(files_in(dir), 1u) << "the temporary exists while writing";
+    ::kill(child, sig);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "died of the signal " << sig;
+    EXPECT_EQ(files_in(dir), 0u) << "signal " << sig;
+  }
+}
+
+TEST(AtomicFileTest, APlantedSymlinkIsNeverFollowed) {
+  // Whatever name a temporary gets, it is created exclusively: a link planted under the
+  // name a predictable writer would use is never written through.
+  TempDir dir;
+  const std::string victim = dir.file("victim");
+  std::ofstream(victim) << "precious";
+  for (int i = 0; i < 64; ++i) {
+    fs::create_symlink(
+        victim, dir.file(".numalign-tmp." + std::to_string(::getpid()) + "." + std::to_string(i)));
+  }
+  write_all(dir.file("out"), "new");
+  EXPECT_EQ(read_all(victim), "precious");
+  EXPECT_EQ(read_all(dir.file("out")), "new");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // JSON report's fields, failures first, missing tensors, bad files and bad arguments.
 #include <gtest/gtest.h>
 #include <simdjson.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -22,8 +23,8 @@ struct CliRun {
   std::string out;  // stdout and stderr together
 };
 
-CliRun cli(const std::string& args) {
-  const std::string cmd = std::string(NUMALIGN_CLI) + " " + args + " 2>&1";
+CliRun cli(const std::string& args, const std::string& prefix = "") {
+  const std::string cmd = prefix + std::string(NUMALIGN_CLI) + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -208,6 +209,86 @@ TEST_F(CliTest, InputFilesAreNeverModified) {
       (dir_ / "r.txt").string());
   EXPECT_EQ(fs::last_write_time(mm("ref")), before);
   EXPECT_EQ(fs::file_size(mm("ref")), size);
+}
+
+// ---- hostile outputs and inputs (issue 20) ----
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+TEST_F(CliTest, AnOutputThatIsAnInputIsRefused) {
+  const fs::path work = dir_ / "clobber";
+  fs::create_directories(work);
+  const fs::path victim = work / "test.safetensors";
+  fs::copy_file(mm("dropped_column"), victim, fs::copy_options::overwrite_existing);
+  fs::create_symlink(victim, work / "link.json");
+  fs::create_hard_link(victim, work / "hard.json");
+  const std::string before = read_file(victim);
+  const std::string judge = "judge " + victim.string() + " " + mm("ref") + " " + mm("truth");
+  for (const fs::path& out : {victim, work / "link.json", work / "hard.json",
+                              work / "." / "test.safetensors", fs::path(mm("truth"))}) {
+    const CliRun r = cli(judge + " --format json -o " + out.string());
+    EXPECT_EQ(r.code, 2) << out << ": " << r.out;
+    EXPECT_NE(r.out.find(out.string()), std::string::npos) << "names the output: " << r.out;
+    EXPECT_NE(r.out.find("same file"), std::string::npos) << r.out;
+    EXPECT_EQ(read_file(victim), before) << out;
+  }
+  // The policy file and the files of the other commands count too.
+  const fs::path policy = work / "policy.json";
+  std::ofstream(policy) << R"({"rules": []})";
+  const CliRun p = cli(judge + " --policy " + policy.string() + " -o " + policy.string());
+  EXPECT_EQ(p.code, 2) << p.out;
+  EXPECT_EQ(cli("compare " + victim.string() + " " + mm("ref") + " -o " + victim.string()).code, 2);
+  EXPECT_EQ(cli("consistent " + victim.string() + " " + victim.string() + " -o " +
+                (work / "hard.json").string())
+                .code,
+            2);
+  EXPECT_EQ(cli("pack " + victim.string() + " -o " + (work / "link.json").string()).code, 2);
+  EXPECT_EQ(read_file(victim), before);
+  EXPECT_TRUE(fs::is_symlink(work / "link.json"));
+}
+
+TEST_F(CliTest, DashAndMagicLinksWriteToStdoutAndLinksStayLinks) {
+  const std::string judge = "judge " + mm("reordered") + " " + mm("ref") + " " + mm("truth");
+  const CliRun dash = cli(judge + " --format json -o -");
+  EXPECT_EQ(dash.code, 0) << dash.out;
+  EXPECT_NE(dash.out.find("\"aligned\":true"), std::string::npos) << dash.out;
+  // A link to the process's own stdout (as /dev/stdout is) is written through.
+  const fs::path link = dir_ / "to_stdout.json";
+  fs::remove(link);
+  fs::create_symlink("/proc/self/fd/1", link);
+  const CliRun through = cli(judge + " --format json -o " + link.string());
+  EXPECT_EQ(through.code, 0) << through.out;
+  EXPECT_NE(through.out.find("\"aligned\":true"), std::string::npos) << through.out;
+  EXPECT_TRUE(fs::is_symlink(link)) << "the link was renamed over";
+}
+
+TEST_F(CliTest, TheVerdictLineReachesStderrWhateverTheFormat) {
+  for (const char* format : {"text", "json", "junit", "html"}) {
+    const fs::path out = dir_ / (std::string("verdict.") + format);
+    const CliRun r = cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth") +
+                         " --format " + std::string(format) + " -o " + out.string());
+    EXPECT_EQ(r.code, 1) << format;
+    EXPECT_NE(r.out.find("NOT ALIGNED"), std::string::npos) << format << ": " << r.out;
+    EXPECT_LT(r.out.size(), 300u) << format << ": one line, not the report: " << r.out;
+  }
+}
+
+// Run under `timeout`: before the fix these hung forever.
+TEST_F(CliTest, FifosAreRefusedNotWaitedOn) {
+  const fs::path work = dir_ / "fifos";
+  fs::create_directories(work / "shards");
+  const fs::path fifo = work / "f.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_symlink(fifo, work / "shards" / "a.safetensors");
+  std::ofstream(work / "m.safetensors.index.json") << R"({"weight_map": {"x": "f.safetensors"}})";
+  for (const fs::path& in : {fifo, work / "shards", work / "m.safetensors.index.json"}) {
+    const CliRun r = cli("judge " + in.string() + " " + in.string(), "timeout 20 ");
+    EXPECT_EQ(r.code, 2) << in << ": " << r.out;
+    EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
+  }
 }
 
 }  // namespace

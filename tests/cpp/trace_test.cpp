@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <simdjson.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -21,6 +22,12 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing::TempDir;
+
+std::string json_string_for_test(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  return out + "\"";
+}
 
 std::vector<std::byte> bytes_of(const std::string& s) {
   std::vector<std::byte> b(s.size());
@@ -187,6 +194,119 @@ TEST(TraceReadTest, PathProblemsNameThePath) {
   } catch (const Error& e) {
     EXPECT_NE(e.problem().find("0 bytes"), std::string::npos);
   }
+}
+
+// ---- hostile inputs (issue 20) ----
+
+std::string problem_of(const std::string& path) {
+  try {
+    Trace::open(path);
+  } catch (const Error& e) {
+    return e.problem();
+  }
+  return "(accepted)";
+}
+
+void write_small_trace(const std::string& path, const std::string& name) {
+  static const float v[2] = {1, 2};
+  write_trace(path, {{name, {DType::F32, {2}, reinterpret_cast<const std::byte*>(v)}}});
+}
+
+TEST(TraceHostileTest, AnIndexMayNameOnlyFilesInsideItsFolder) {
+  TempDir dir;
+  fs::create_directories(dir.file("ckpt"));
+  write_small_trace(dir.file("outside.safetensors"), "w");
+  write_small_trace(dir.file("ckpt/in.safetensors"), "v");
+  fs::create_symlink(dir.file("outside.safetensors"), dir.file("ckpt/escape.safetensors"));
+  const std::string index = dir.file("ckpt/model.safetensors.index.json");
+  auto index_naming = [&](const std::string& shard) {
+    std::ofstream(index) << R"({"weight_map": {"v": "in.safetensors", "w": )"
+                         << std::string(json_string_for_test(shard)) << "}}";
+    return problem_of(index);
+  };
+  for (const std::string& shard :
+       std::vector<std::string>{"../outside.safetensors", dir.file("outside.safetensors"),
+                                "sub/../../outside.safetensors", "escape.safetensors",
+                                "../../../../../../etc/passwd", "/etc/passwd"}) {
+    const std::string problem = index_naming(shard);
+    EXPECT_NE(problem.find("outside the index's folder"), std::string::npos)
+        << shard << ": " << problem;
+    EXPECT_EQ(problem.find("header length"), std::string::npos) << "never read: " << problem;
+  }
+  // Inside the folder, through a sub-folder or a link that stays inside, is fine.
+  fs::create_directories(dir.file("ckpt/sub"));
+  write_small_trace(dir.file("ckpt/sub/w.safetensors"), "w");
+  fs::create_symlink("sub/w.safetensors", dir.file("ckpt/inner_link.safetensors"));
+  EXPECT_EQ(index_naming("sub/w.safetensors"), "(accepted)");
+  EXPECT_EQ(index_naming("./sub/../sub/w.safetensors"), "(accepted)");
+  EXPECT_EQ(index_naming("inner_link.safetensors"), "(accepted)");
+}
+
+TEST(TraceHostileTest, PathsEqualAfterNormalisationAreOneShard) {
+  TempDir dir;
+  const float v[2] = {1, 2};
+  write_trace(dir.file("a.safetensors"),
+              {{"x", {DType::F32, {2}, reinterpret_cast<const std::byte*>(v)}},
+               {"y", {DType::F32, {2}, reinterpret_cast<const std::byte*>(v)}}});
+  const std::string index = dir.file("m.safetensors.index.json");
+  std::ofstream(index)
+      << R"({"weight_map": {"x": "a.safetensors", "y": "./a.safetensors", "z": "sub/../a.safetensors"}})";
+  const Trace t = Trace::open(index);
+  EXPECT_EQ(t.files().size(), 1u);
+  EXPECT_EQ(t.entries().size(), 2u);
+}
+
+TEST(TraceHostileTest, OnlyRegularFilesAreRead) {
+  TempDir dir;
+  const std::string fifo = dir.file("f.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(problem_of(fifo).find("not a regular file"), std::string::npos) << problem_of(fifo);
+  // Through an index (the index checked before any shard is opened) and a folder's link.
+  fs::create_directories(dir.file("ckpt"));
+  fs::create_symlink(fifo, dir.file("ckpt/link.safetensors"));
+  EXPECT_NE(problem_of(dir.file("ckpt")).find("not a regular file"), std::string::npos);
+  const std::string fifo_in = dir.file("ckpt/p.safetensors");
+  ASSERT_EQ(::mkfifo(fifo_in.c_str(), 0600), 0);
+  const std::string index = dir.file("ckpt/m.safetensors.index.json");
+  std::ofstream(index) << R"({"weight_map": {"a": "p.safetensors"}})";
+  EXPECT_NE(problem_of(index).find("not a regular file"), std::string::npos) << problem_of(index);
+  // The index itself a FIFO.
+  const std::string fifo_index = dir.file("f.safetensors.index.json");
+  ASSERT_EQ(::mkfifo(fifo_index.c_str(), 0600), 0);
+  EXPECT_NE(problem_of(fifo_index).find("not a regular file"), std::string::npos)
+      << problem_of(fifo_index);
+}
+
+TEST(TraceHostileTest, ErrorsNeverPrintTheBytesOfAFileThatIsNotATrace) {
+  TempDir dir;
+  for (const std::string& text :
+       {std::string("root:x:0:0:root:/root:/bin/bash\n"), std::string("ab\0\0\0\0\0\0xyz", 11)}) {
+    const std::string path = dir.file("not_a_trace");
+    std::ofstream(path, std::ios::binary) << text;
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<std::uint8_t>(text[i]);
+    const std::string problem = problem_of(path);
+    EXPECT_EQ(problem.find(std::to_string(n)), std::string::npos) << problem;
+    EXPECT_NE(problem.find("not a safetensors file"), std::string::npos) << problem;
+  }
+}
+
+// serde_json, as the reference parser reads a shape into usize, refuses these.
+TEST(TraceHostileTest, ShapesHoldOnlyNonNegativeIntegers) {
+  for (const char* dim : {"-0", "0.0", "1.0", "1e0", "-1", "-18"}) {
+    const std::string header =
+        std::string(R"({"x":{"dtype":"U8","shape":[)") + dim + R"(],"data_offsets":[0,0]}})";
+    const auto bytes = bytes_of(file_image(header));
+    try {
+      Trace::parse(bytes, "s.safetensors");
+      ADD_FAILURE() << dim << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(e.problem().find("non-negative integers"), std::string::npos) << e.problem();
+    }
+  }
+  const auto zero =
+      bytes_of(file_image(R"({"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})"));
+  EXPECT_EQ(Trace::parse(zero, "z.safetensors").entries().size(), 1u);
 }
 
 }  // namespace
