@@ -22,7 +22,8 @@ void call_guarded(void (*fn)(void*), void* ctx);
 
 template <class F>
 void guarded(F&& f) {
-  call_guarded([](void* c) { (*static_cast<F*>(c))(); }, const_cast<void*>(static_cast<const void*>(&f)));
+  call_guarded([](void* c) { (*static_cast<F*>(c))(); },
+               const_cast<void*>(static_cast<const void*>(&f)));
 }
 
 }  // namespace numalign::detail
