@@ -27,4 +27,13 @@ std::string json_number(double v) {
   return std::string(buf, res.ptr);
 }
 
+std::string joined(const std::vector<std::string>& items, std::string_view separator) {
+  std::string s;
+  for (const auto& item : items) {
+    if (!s.empty()) s += separator;
+    s += item;
+  }
+  return s;
+}
+
 }  // namespace numalign::detail

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace numalign::detail {
 
@@ -12,6 +13,8 @@ namespace numalign::detail {
 std::string format_number(double v);
 // Shortest text that reads back as the same double (JSON); "null" for NaN and inf.
 std::string json_number(double v);
+// The items with `separator` between them ("a, b, c").
+std::string joined(const std::vector<std::string>& items, std::string_view separator);
 
 // One character of UTF-8 at s[i]: its code point and length, or valid = false and length 1
 // for a byte that does not start a well-formed character (RFC 3629: no overlongs, no

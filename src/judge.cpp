@@ -254,15 +254,15 @@ std::string nothing_judged(const Trace& ref, const std::vector<TensorTriple>& tr
     if (t.ref) return "";
   }
   if (ref.entries().empty()) return "nothing was judged: ref holds no tensors";
-  std::string globs;
-  for (const auto& g : only) globs += (globs.empty() ? "" : ", ") + g;
-  return "nothing was judged: no tensor of ref matches only / --only (" + globs + ")";
+  return "nothing was judged: no tensor of ref matches only / --only (" +
+         detail::joined(only, ", ") + ")";
 }
 
-std::string joined(const std::vector<std::string>& items, const char* separator) {
-  std::string s;
-  for (const auto& item : items) s += (s.empty() ? "" : separator) + item;
-  return s;
+// Appends the items of `more` that `to` does not hold yet, in order.
+void add_new(std::vector<std::string>& to, const std::vector<std::string>& more) {
+  for (const auto& item : more) {
+    if (std::find(to.begin(), to.end(), item) == to.end()) to.push_back(item);
+  }
 }
 
 // Runs that consumed random numbers compute on their own draws: ref's distance to the truth
@@ -277,23 +277,18 @@ void check_randomness(const TraceMetadata* mt, const TraceMetadata* mr, const Tr
   for (const auto& [role, meta] : runs) {
     if (!meta || !meta->random || !meta->random->used()) continue;
     roles.push_back(role);
-    for (const auto& g : meta->random->generators) {
-      if (std::find(generators.begin(), generators.end(), g) == generators.end())
-        generators.push_back(g);
-    }
-    for (const auto& d : meta->random->dropout) {
-      if (std::find(dropout.begin(), dropout.end(), d) == dropout.end()) dropout.push_back(d);
-    }
+    add_new(generators, meta->random->generators);
+    add_new(dropout, meta->random->dropout);
   }
   if (roles.empty()) return;
-  std::string what = joined(roles, ", ") + " consumed random numbers (";
-  if (!generators.empty()) what += "generator " + joined(generators, ", ");
+  std::string what = detail::joined(roles, ", ") + " consumed random numbers (";
+  if (!generators.empty()) what += "generator " + detail::joined(generators, ", ");
   if (!dropout.empty()) {
     if (!generators.empty()) what += "; ";
     const std::vector<std::string> shown(
         dropout.begin(), dropout.begin() + std::min<std::size_t>(dropout.size(), 3));
     what += std::to_string(dropout.size()) +
-            " dropout module(s) in training mode: " + joined(shown, ", ") +
+            " dropout module(s) in training mode: " + detail::joined(shown, ", ") +
             (dropout.size() > 3 ? ", ..." : "");
   }
   what += ")";

@@ -475,8 +475,7 @@ void append_junit_suite(std::string& out, const std::string& name, const Report&
     out += "</system-out>\n";
   }
   if (whole) {  // the run itself, so that a CI dashboard shows an error and not a green 0/0
-    std::string why;
-    for (const auto& w : report.could_not_judge) why += (why.empty() ? "" : "; ") + w;
+    const std::string why = detail::joined(report.could_not_judge, "; ");
     out += "<testcase classname=\"numalign\" name=\"(the run)\"><error message=\"" +
            detail::markup_escape("could not judge: " + why, Markup::kXml) + "\"/></testcase>\n";
   }
