@@ -47,12 +47,11 @@ JudgeOptions resolve_options(const JudgeArguments& args) {
       o.default_rule = rule;
     } else {
       // A blank reason is no reason, as in a policy file.
-      const bool blank = r.reason.find_first_not_of(" \t\r\n") == std::string::npos;
-      o.overrides.push_back({r.glob, rule, blank ? "" : r.reason, args.rules_origin});
+      o.overrides.push_back({r.glob, rule, is_blank(r.reason) ? "" : r.reason, args.rules_origin});
     }
   }
   if (args.shared_randomness) {
-    if (args.shared_randomness->find_first_not_of(" \t\r\n") == std::string::npos)
+    if (is_blank(*args.shared_randomness))
       fail("shared randomness", "needs a written reason (why do the runs share their draws?)");
     o.shared_randomness = *args.shared_randomness;
   }

@@ -110,6 +110,10 @@ std::optional<std::string> loosening(const Rule& r) {
 
 }  // namespace
 
+bool is_blank(std::string_view reason) {
+  return reason.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
 void check_override_reasons(const JudgeOptions& options) {
   auto check = [](const Rule& rule, const std::string& reason, const std::string& origin,
                   const std::string& what) {
@@ -396,7 +400,7 @@ void parse_policy(std::string_view json, const std::string& path, JudgeOptions& 
       (key == "check_bias" ? options.check_bias : options.equal_nan) = b;
     } else if (key == "shared_randomness") {
       options.shared_randomness = need_string(field.value, "\"shared_randomness\"");
-      if (options.shared_randomness.find_first_not_of(" \t\r\n") == std::string::npos)
+      if (is_blank(options.shared_randomness))
         fail(path, "\"shared_randomness\" needs a written reason");
     } else if (key == "overrides") {
       simdjson::dom::array list;
@@ -419,7 +423,7 @@ void parse_policy(std::string_view json, const std::string& path, JudgeOptions& 
             has_rule = true;
           } else if (k == "reason") {
             o.reason = need_string(f.value, where + ".reason");
-            if (o.reason.find_first_not_of(" \t\r\n") == std::string::npos) o.reason.clear();
+            if (is_blank(o.reason)) o.reason.clear();
           } else {
             fail(path, where + ": unknown field \"" + k + "\" (expected match, rule, reason)");
           }

@@ -73,6 +73,9 @@ void parse_policy(std::string_view json, const std::string& path, JudgeOptions& 
 // or an rmse multiplier above the largest of same()'s defaults for its dtype class.
 void check_override_reasons(const JudgeOptions& options);
 
+// A reason that is empty or only whitespace: no reason (override reasons, shared randomness).
+bool is_blank(std::string_view reason);
+
 // same()'s multiplier, in its order: force_max -> 10; base 3 for fp16/bf16/fp8 else 2;
 // with larger_multiplier_for_small: numel <= 10 -> 10, numel <= 500 -> 8; otherwise 3 when
 // numel < 1000, or 4-D with the last two dims 1, or tol >= 2e-2.
