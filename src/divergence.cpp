@@ -3,6 +3,7 @@
 #include "numalign/divergence.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <unordered_map>
 
@@ -29,11 +30,12 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
   };
   // Forward: what modules received and produced; backward: the gradients they received
   // and passed on. Everything recorded before the first failure passed.
-  auto first_failing = [&](std::string_view received, std::string_view produced,
+  auto first_failing = [&](std::initializer_list<std::string_view> kinds,
                            bool& any) -> std::optional<DivergencePoint> {
     for (const auto& n : ref.order) {
       const std::string* k = tag(ref, n, "kind");
-      if (!k || (*k != received && *k != produced) || !verdict.count(n)) continue;
+      if (!k || std::find(kinds.begin(), kinds.end(), *k) == kinds.end() || !verdict.count(n))
+        continue;
       any = true;
       if (!failed(n)) continue;
       DivergencePoint p;
@@ -60,8 +62,10 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
   };
   bool any_forward = false, any_backward = false;
   FirstDivergence d;
-  d.forward = first_failing("input", "output", any_forward);
-  d.backward = first_failing("grad-output", "grad", any_backward);
+  d.forward = first_failing({"input", "output"}, any_forward);
+  // A parameter's gradient is computed by its module from the gradient it received, as the
+  // gradient it passes upstream is: a wrong weight gradient alone makes its module the culprit.
+  d.backward = first_failing({"grad-output", "grad", "param-grad", "input-grad"}, any_backward);
   if (!any_forward && !any_backward) return std::nullopt;
   return d;
 }

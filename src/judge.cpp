@@ -183,6 +183,17 @@ void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
                                 (differ.size() > 5 ? ", ..." : "") + ")");
     }
   }
+  if (mr && !mr->not_recorded.empty()) {
+    std::vector<std::string> left;
+    for (const auto& [name, why] : mr->not_recorded) {
+      if (left.size() == 3) break;
+      left.push_back(name + " (" + why + ")");
+    }
+    const std::size_t n = mr->not_recorded.size();
+    report.warnings.push_back(
+        "left out of the traces by the recorder's rule, so not judged: " + std::to_string(n) +
+        (n == 1 ? " value: " : " values: ") + detail::joined(left, ", ") + (n > 3 ? ", ..." : ""));
+  }
   const std::pair<const char*, const TraceMetadata*> runs[] = {
       {"test", mt}, {"ref", mr}, {"truth", mu}};
   for (const auto& [role, meta] : runs) {

@@ -614,6 +614,11 @@ std::string TraceMetadata::to_json() const {
     }
     w.end_object();
   }
+  if (!not_recorded.empty()) {
+    w.key("not_recorded").begin_object();
+    for (const auto& [k, v] : not_recorded) w.key(k).string(v);
+    w.end_object();
+  }
   if (random) {
     w.key("random").begin_object();
     for (const auto& [key, list] :
@@ -694,6 +699,8 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
         auto& from = m.inputs[std::string(g.key)];
         for (auto v : arr) from.push_back(need_string(v, what + "[]"));
       }
+    } else if (k == "not_recorded") {
+      m.not_recorded = string_map(f.value, k);
     } else if (k == "random") {
       simdjson::dom::object obj;
       if (f.value.get(obj)) fail(where, ctx + ": random must be an object");

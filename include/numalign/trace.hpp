@@ -43,6 +43,8 @@ struct TraceMetadata {
   // gradients it received and its module's forward inputs)
   std::map<std::string, std::vector<std::string>> inputs;
   std::optional<RandomUse> random;  // absent: not recorded (a trace made elsewhere)
+  // value -> why the recorder left it out (a cache handed to a module: state, not a value)
+  std::map<std::string, std::string> not_recorded;
 
   std::string to_json() const;
   // Throws Error(where, ...) on invalid JSON or fields of the wrong type.

@@ -1,12 +1,20 @@
-"""_module_hooks.py: forward and backward hooks that record what each module of a model
-received and produced, in execution order, in memory or streamed to a file.
+"""_module_hooks.py: forward hooks that record what each module of a model received and
+produced, in execution order, in memory or streamed to a file, and tensor hooks that record
+the gradients each module received and passed upstream.
 
 Inputs are recorded as data (``PATH.in``) rather than matched to the tensors that produced
 them: the tensors between modules are often computed outside any module (a residual add),
-and matching by address would mistake a freed tensor's reused memory for another."""
+and matching by address would mistake a freed tensor's reused memory for another.
+
+Gradients come from hooks on the tensors a module was handed and returned, not from torch's
+module backward hooks: those see positional arguments only (Hugging Face calls its modules
+with keyword arguments), warn on ModelOutput results, and match calls to backward passes by
+guesswork. Each call's inputs and outputs that need a gradient are passed on as views, and
+the view's hook fires with the gradient of exactly that call's tensor."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 
@@ -18,29 +26,86 @@ from ._tensors import flatten, to_core
 from .trace import METADATA_KEY, Trace
 
 
-def _tensors_of(obj):
+def _tensors_of(obj, skipped=None):
     """{suffix: tensor} of a module's arguments, results or gradients: "" for a lone tensor
-    (or a tuple of one, as gradients come), else ".0", ".1", ".key" (nested names joined by
-    dots)."""
+    (or a tuple of one), else ".0", ".1", ".key" (nested names joined by dots). With
+    ``skipped`` (a dict), caches and values that cannot be judged are listed there, by
+    suffix, instead of raising."""
     if isinstance(obj, (list, tuple)) and len(obj) == 1:
         obj = obj[0]
     if isinstance(obj, torch.Tensor):
         return {"": obj}
-    flat = flatten(obj) if obj is not None else {}
+    inner = {} if skipped is not None else None
+    flat = flatten(obj, skipped=inner) if obj is not None else {}
+    if inner:
+        skipped.update({f".{k}": why for k, why in inner.items()})
     return {f".{k}": v for k, v in flat.items() if isinstance(v, torch.Tensor)}
+
+
+def _call_values(args, kwargs):
+    """A module call's arguments as one value whose flattened names are the call's ``.in``
+    suffixes: positional ones by index, keyword ones by name."""
+    return list(args) + ([kwargs] if kwargs else [])
+
+
+def _replace_tensors(obj, fn):
+    """``obj`` with every tensor ``t`` replaced by ``fn(t)``, containers rebuilt as their own
+    types (a ModelOutput stays a ModelOutput); anything else, a cache included, is kept."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_replace_tensors(v, fn) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_replace_tensors(v, fn) for v in obj)
+    if type(obj) is dict:
+        return {k: _replace_tensors(v, fn) for k, v in obj.items()}
+    if isinstance(obj, dict):  # OrderedDict, ModelOutput: a copy of the same type
+        replaced = copy.copy(obj)
+        for k, v in obj.items():
+            new = _replace_tensors(v, fn)
+            if new is not v:
+                replaced[k] = new
+        return replaced
+    return obj
+
+
+def watch_gradients(obj, names, on_grad):
+    """``obj`` with each tensor of ``names`` ({suffix: tensor} from ``_tensors_of``) that
+    needs a gradient replaced by a view of it; ``on_grad(suffix, grad)`` is called with the
+    gradient of that view, the gradient of this use of the tensor. A tensor passed twice is
+    one view (its gradient sums both uses)."""
+    if not torch.is_grad_enabled():
+        return obj
+    suffix_of = {id(t): s for s, t in reversed(list(names.items()))
+                 if t.requires_grad and (t.is_floating_point() or t.is_complex())}
+    views = {}
+
+    def wrap(t):
+        suffix = suffix_of.get(id(t))
+        if suffix is None:
+            return t
+        if id(t) not in views:
+            v = t.view_as(t)
+            v.register_hook(lambda g, s=suffix: on_grad(s, g))
+            views[id(t)] = v
+        return views[id(t)]
+
+    return _replace_tensors(obj, wrap) if suffix_of else obj
 
 
 class ModuleRecorder:
     def __init__(self, model: torch.nn.Module, globs, save_to):
         self._modules = selected_modules(model, globs)
+        self._params = list(model.named_parameters())
         self._writer = _core.TraceStreamWriter(os.fspath(save_to)) if save_to is not None else None
         self._tensors = {}
         self.order, self.tags, self.inputs = [], {}, {}
+        self.skipped = {}          # name -> why it was not recorded
         self._calls = {}           # path -> forward calls so far
-        self._pending = {}         # path -> calls awaiting their backward, latest last
         self._forward_inputs = {}  # (path, call) -> input names
-        self._enclosing = {}       # (path, call) -> (module, its input names) around the call
+        self._received = {}        # (path, call) -> names of the gradients it received so far
         self._stack = []           # forward calls in progress: (path, call)
+        self._param_at = {}        # parameter name -> len(order) when its gradient was final
 
     def record(self, name, tensor, *, module, kind, call=0, inputs=None, producer=None):
         if name in self.tags:
@@ -58,54 +123,64 @@ class ModuleRecorder:
             self.inputs[name] = list(inputs)
         return name
 
-    def _record_all(self, base, values, **tags):
-        return [self.record(base + suffix, t, **tags) for suffix, t in _tensors_of(values).items()]
-
     @staticmethod
     def _base(path, call):
         return path if call == 0 else f"{path}#{call}"
+
+    def _named(self, base, values):
+        """{suffix: tensor} of ``values``; what cannot be recorded is listed in skipped."""
+        skipped = {}
+        named = _tensors_of(values, skipped)
+        for suffix, why in skipped.items():
+            self.skipped[base + suffix] = why
+        return named
 
     def _pre_hook(self, path):
         def hook(module, args, kwargs):
             call = self._calls.get(path, 0)
             self._calls[path] = call + 1
+            key, base = (path, call), self._base(path, call)
             # Its inputs were computed by the code of the module around it, from that
             # module's own inputs (or by the model's code, outside every module).
             outer = self._stack[-1] if self._stack else None
             around = ("", []) if outer is None else (outer[0], self._forward_inputs[outer])
-            values = list(args) + ([kwargs] if kwargs else [])
-            names = self._record_all(f"{self._base(path, call)}.in", values, module=path,
-                                     kind="input", call=call, producer=around[0],
-                                     inputs=around[1])
-            self._forward_inputs[(path, call)] = names
-            self._enclosing[(path, call)] = around[0]
-            self._pending.setdefault(path, []).append(call)
-            self._stack.append((path, call))
+            named = self._named(f"{base}.in", _call_values(args, kwargs))
+            self._forward_inputs[key] = [
+                self.record(f"{base}.in{s}", t, module=path, kind="input", call=call,
+                            producer=around[0], inputs=around[1]) for s, t in named.items()]
+            self._received[key] = []
+            self._stack.append(key)
+
+            def passed_upstream(suffix, grad):  # the gradient it passes to its input
+                self.record(f"{base}.grad{suffix}", grad, module=path, kind="grad", call=call,
+                            inputs=self._received[key] + self._forward_inputs[key])
+            if kwargs:
+                values = watch_gradients(_call_values(args, kwargs), named, passed_upstream)
+                return tuple(values[:-1]), values[-1]
+            return tuple(watch_gradients(list(args), named, passed_upstream)), kwargs
         return hook
 
     def _forward_hook(self, path):
         def hook(module, args, kwargs, output):
-            path_call = self._stack.pop()
-            call = path_call[1]
-            self._record_all(f"{self._base(path, call)}.out", output, module=path, kind="output",
-                             call=call, inputs=self._forward_inputs[path_call])
+            key = self._stack.pop()
+            call, base = key[1], self._base(*key)
+            named = self._named(f"{base}.out", output)
+            for s, t in named.items():
+                self.record(f"{base}.out{s}", t, module=path, kind="output", call=call,
+                            inputs=self._forward_inputs[key])
+            around = self._stack[-1][0] if self._stack else ""
+
+            def received(suffix, grad):
+                # Computed by the backward of the code around it, from what that code saved.
+                self._received[key].append(self.record(
+                    f"{base}.grad_out{suffix}", grad, module=path, kind="grad-output", call=call,
+                    producer=around, inputs=self._forward_inputs[key]))
+            return watch_gradients(output, named, received)
         return hook
 
-    def _backward_hook(self, path):
-        def hook(module, grad_input, grad_output):
-            # Backward runs the calls in reverse: the latest forward call not yet seen.
-            pending = self._pending.get(path)
-            call = pending.pop() if pending else 0
-            base = self._base(path, call)
-            forward_in = self._forward_inputs.get((path, call), [])
-            # The gradient it received was computed by the backward of the code around it,
-            # from the activations that code saved.
-            received = self._record_all(f"{base}.grad_out", grad_output, module=path,
-                                        kind="grad-output", call=call,
-                                        producer=self._enclosing.get((path, call), ""),
-                                        inputs=forward_in)
-            self._record_all(f"{base}.grad", grad_input, module=path, kind="grad", call=call,
-                             inputs=received + forward_in)
+    def _param_hook(self, name):
+        def hook(p):
+            self._param_at[name] = len(self.order)
         return hook
 
     @contextlib.contextmanager
@@ -115,18 +190,38 @@ class ModuleRecorder:
             for path, m in self._modules:
                 handles.append(m.register_forward_pre_hook(self._pre_hook(path), with_kwargs=True))
                 handles.append(m.register_forward_hook(self._forward_hook(path), with_kwargs=True))
-                handles.append(m.register_full_backward_hook(self._backward_hook(path)))
+            for name, p in self._params:
+                if p.requires_grad:
+                    handles.append(p.register_post_accumulate_grad_hook(self._param_hook(name)))
             yield self
         finally:
             for h in handles:
                 h.remove()
 
+    def record_param_grads(self, grads):
+        """Records {"grad.param.NAME": grad} and places each in the execution order where the
+        parameter's gradient became final, so that a wrong weight gradient counts in the
+        first divergence of the backward pass: computed by its module from the gradients the
+        module received and its inputs."""
+        at = {}
+        for n, g in grads.items():
+            pname = n[len("grad.param."):]
+            owner = pname.rpartition(".")[0]
+            froms = [x for (p, _), names in self._received.items() if p == owner for x in names]
+            froms += [x for (p, _), names in self._forward_inputs.items() if p == owner for x in names]
+            self.record(n, g, module=owner, kind="param-grad", inputs=froms)
+            at[n] = self._param_at.get(pname, len(self.order))
+        position = {n: (i, 1) for i, n in enumerate(self.order)}
+        position.update({n: (p, 0) for n, p in at.items()})
+        self.order.sort(key=position.__getitem__)
+
     def finish(self, metadata) -> Trace:
-        if self._writer is None:
-            return Trace(self._tensors, metadata=metadata)
+        if self._writer is None:  # in execution order, as the metadata records it
+            return Trace({n: self._tensors[n] for n in self.order}, metadata=metadata)
         self._writer.close({METADATA_KEY: json.dumps(metadata, separators=(",", ":"))})
         return Trace.load(self._writer.path)
 
     def abort(self):
         if self._writer is not None:
             self._writer.abort()
+

@@ -102,16 +102,19 @@ def map_tensors(obj, fn):
     return obj
 
 
-def flatten(obj, prefix: str = "") -> dict:
+def flatten(obj, prefix: str = "", *, skipped: dict | None = None) -> dict:
     """Nested outputs as {dotted name: tensor}: dicts (keys), lists / tuples (indices),
-    namedtuples and dataclasses (fields), HF-style ModelOutput (its keys), Trace objects.
+    namedtuples and dataclasses (fields), HF-style ModelOutput (its keys), Trace objects, and
+    a Hugging Face cache's tensors (``past_key_values.layers.0.keys``...).
     Two paths that give one dotted name (``{"a.b": x, "a": {"b": y}}``) are a ValueError:
-    one would silently hide the other."""
+    one would silently hide the other. With ``skipped`` (a dict), what cannot be judged is
+    listed there, {name: why}, instead of raising, and caches too: what a module is handed
+    as state to update in place is not a value it computes from (module inputs)."""
     if not prefix and type(obj) is dict and all(
             type(k) is str and is_tensor(v) for k, v in obj.items()):
         return dict(obj)  # the common case, a state dict: nothing to flatten
     out: dict = {}
-    _flatten_into(obj, prefix, (), out, {})
+    _flatten_into(obj, prefix, (), out, {}, skipped)
     return out
 
 
@@ -131,26 +134,67 @@ def _describe(path) -> str:
     return "".join(f"[{k!r}]" for k in path) or "the output itself"
 
 
-def _flatten_into(obj, prefix, path, out, paths):
+def is_hf_cache(obj) -> bool:
+    """A Hugging Face ``Cache`` (DynamicCache, StaticCache, EncoderDecoderCache...), known by
+    its class rather than by importing transformers."""
+    return any(c.__name__ == "Cache" and c.__module__.startswith("transformers.")
+               for c in type(obj).__mro__)
+
+
+def _cache_state(obj):
+    """(key, value) pairs of a cache's or cache layer's state worth recording: tensors, lists
+    of layers, nested caches (an encoder-decoder cache holds two)."""
+    for k, v in vars(obj).items():
+        if is_tensor(v) or is_hf_cache(v) or type(v).__module__.startswith("transformers.cache"):
+            yield k, v
+        elif isinstance(v, (list, tuple)):
+            yield k, v
+
+
+def _flatten_cache(obj, prefix, path, out, paths):
+    for k, v in _cache_state(obj):
+        name, at = _join(prefix, k), path + (k,)
+        if is_tensor(v):
+            if v.numel() or v.dim() > 1:  # a layer not yet filled holds an empty placeholder
+                _put(out, paths, name, at, v)
+        elif isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                if is_tensor(item):
+                    _put(out, paths, _join(name, i), at + (i,), item)
+                elif hasattr(item, "__dict__"):
+                    _flatten_cache(item, _join(name, i), at + (i,), out, paths)
+        else:
+            _flatten_cache(v, name, at, out, paths)
+
+
+def _flatten_into(obj, prefix, path, out, paths, skipped=None):
     if obj is None:
         return
     if is_tensor(obj):
         _put(out, paths, prefix or "output", path, obj)
+    elif is_hf_cache(obj):
+        if skipped is not None:
+            skipped[prefix or "output"] = f"a {type(obj).__name__}: state updated in place"
+        else:
+            _flatten_cache(obj, prefix or "output", path, out, paths)
     elif isinstance(obj, Mapping):  # dict, OrderedDict, ModelOutput, Trace
         for k, v in obj.items():
-            _flatten_into(v, _join(prefix, k), path + (k,), out, paths)
+            _flatten_into(v, _join(prefix, k), path + (k,), out, paths, skipped)
     elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
         for k in obj._fields:
-            _flatten_into(getattr(obj, k), _join(prefix, k), path + (k,), out, paths)
+            _flatten_into(getattr(obj, k), _join(prefix, k), path + (k,), out, paths, skipped)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            _flatten_into(v, _join(prefix, i), path + (i,), out, paths)
+            _flatten_into(v, _join(prefix, i), path + (i,), out, paths, skipped)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
-            _flatten_into(getattr(obj, f.name), _join(prefix, f.name), path + (f.name,), out, paths)
+            _flatten_into(getattr(obj, f.name), _join(prefix, f.name), path + (f.name,), out,
+                          paths, skipped)
     elif isinstance(obj, (bool, int, float)):
         value = np.asarray(obj, dtype=np.float64 if isinstance(obj, float) else None)
         _put(out, paths, prefix or "output", path, value)
+    elif skipped is not None:
+        skipped[prefix or "output"] = f"a {type(obj).__name__}: not a value numalign can judge"
     else:
         raise TypeError(f"{prefix or 'output'!r}: cannot judge a {type(obj).__name__} "
                         "(expected tensors, arrays, or dict / list / tuple / dataclass of them)")

@@ -37,7 +37,8 @@ def _end_grads(args, module):
     return grads
 
 
-def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=None):
+def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=None,
+              not_recorded=None):
     meta = {
         "dtype_recipe": str(dtype).replace("torch.", ""),
         "device": str(device),
@@ -52,6 +53,8 @@ def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=Non
     }
     if inputs:
         meta["inputs"] = inputs
+    if not_recorded:
+        meta["not_recorded"] = not_recorded
     return meta
 
 
@@ -70,8 +73,11 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu") -> Trace:
             outputs = _forward_backward(call, args, seed)
         tensors = {n: o.detach() for n, o in outputs.items()}
         tensors.update(_end_grads(args, module))
+        # Everything here is computed from the run's own inputs (the same in every run, as
+        # their fingerprints check): a failing tensor makes the function itself the culprit.
         metadata = _metadata(dtype, device, seed, fingerprints, list(tensors),
-                             {n: {"kind": _kind_of(n)} for n in tensors}, random)
+                             {n: {"kind": _kind_of(n)} for n in tensors}, random,
+                             {n: [] for n in tensors})
     return Trace(tensors, metadata=metadata)
 
 
@@ -95,13 +101,17 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
         with tf32_off(), recorder.hooked():
             with watch_randomness(module) as random:
                 outputs = _forward_backward(call, args, seed)
+            # The model's own results and input gradients: computed by its code (outside
+            # every submodule) from the run's inputs, the same in every run.
             for n, o in outputs.items():
-                recorder.record(n, o, module="", kind="output")
-            for n, g in _end_grads(args, module).items():
-                owner = n[len("grad.param."):].rpartition(".")[0] if n.startswith("grad.param.") else ""
-                recorder.record(n, g, module=owner, kind=_kind_of(n))
+                recorder.record(n, torch.as_tensor(o), module="", kind="output", inputs=[])
+            grads = _end_grads(args, module)
+            for n, g in grads.items():
+                if not n.startswith("grad.param."):
+                    recorder.record(n, g, module="", kind="input-grad", inputs=[])
+            recorder.record_param_grads({n: g for n, g in grads.items() if n.startswith("grad.param.")})
             metadata = _metadata(dtype, device, seed, fingerprints, recorder.order, recorder.tags,
-                                 random, recorder.inputs)
+                                 random, recorder.inputs, recorder.skipped)
     except BaseException:
         recorder.abort()
         raise

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from ._module_hooks import _tensors_of
+from ._module_hooks import _call_values, _tensors_of, watch_gradients
 from ._runs import _as_args, _cast, _forward_backward, _module_copy, selected_modules, tf32_off
+from ._tensors import is_hf_cache
 from .api import _judge
 from .report import Report
 from .trace import Trace
@@ -16,37 +17,44 @@ from .trace import Trace
 
 class _Calls:
     """Every call of the selected modules in the truth run: its inputs (float64) and the
-    gradients its outputs received."""
+    gradients its outputs received, by output name."""
 
     def __init__(self, model, globs):
         self.modules = selected_modules(model, globs)
         self.calls = []      # (path, call index, args, kwargs), in forward order
-        self.grad_out = {}   # (path, call index) -> gradients of its outputs
-        self._count, self._pending = {}, {}
+        self.grad_out = {}   # (path, call index) -> {output suffix: gradient it received}
+        self._count, self._stack = {}, []
 
     def _pre(self, path):
         def hook(module, args, kwargs):
             k = self._count.get(path, 0)
             self._count[path] = k + 1
-            # Copies: the model may later change its inputs in place.
+            # Copies: the model may later change its inputs in place. A cache is state the
+            # model fills as it goes; run alone, a module needs none (isolate refuses a past).
             a, kw = _cast((list(args), dict(kwargs)), torch.float64, "cpu")
-            a = [x.clone() if isinstance(x, torch.Tensor) else x for x in a]
-            kw = {n: x.clone() if isinstance(x, torch.Tensor) else x for n, x in kw.items()}
+            a = [x.clone() if isinstance(x, torch.Tensor) else None if is_hf_cache(x) else x
+                 for x in a]
+            kw = {n: x.clone() if isinstance(x, torch.Tensor) else None if is_hf_cache(x) else x
+                  for n, x in kw.items()}
             self.calls.append((path, k, a, kw))
-            self._pending.setdefault(path, []).append(k)
+            self._stack.append((path, k))
         return hook
 
-    def _backward(self, path):
-        def hook(module, grad_input, grad_output):
-            k = self._pending[path].pop()
-            self.grad_out[(path, k)] = [None if g is None else g.detach().clone() for g in grad_output]
+    def _post(self, path):
+        def hook(module, args, kwargs, output):
+            key = self._stack.pop()
+            received = self.grad_out.setdefault(key, {})
+
+            def keep(suffix, grad):
+                received[suffix] = grad.detach().clone()
+            return watch_gradients(output, _tensors_of(output, {}), keep)
         return hook
 
     def hooks(self):
         handles = []
         for path, m in self.modules:
             handles.append(m.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-            handles.append(m.register_full_backward_hook(self._backward(path)))
+            handles.append(m.register_forward_hook(self._post(path), with_kwargs=True))
         return handles
 
 
@@ -65,14 +73,15 @@ def _run_isolated(model, calls, dtype, device):
         a, kw = _cast((args, kwargs), dtype, device)
         base = path if k == 0 else f"{path}#{k}"
         out = module(*a, **kw)
-        outs = _tensors_of(out)
+        outs = _tensors_of(out, {})
         for suffix, t in outs.items():
             keep(f"{base}.out{suffix}", t, path, "output")
-        grads = calls.grad_out.get((path, k))
-        pairs = [(t, g) for t, g in zip(outs.values(), grads or []) if g is not None and t.requires_grad]
+        grads = calls.grad_out.get((path, k), {})
+        pairs = [(t, grads[s]) for s, t in outs.items() if s in grads and t.requires_grad]
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [g.to(t.dtype) for t, g in pairs])
-            for suffix, x in _tensors_of(a).items():
+            # Named as trace_model names them: positional inputs by index, keyword ones by name.
+            for suffix, x in _tensors_of(_call_values(a, kw), {}).items():
                 if x.grad is not None:
                     keep(f"{base}.grad{suffix}", x.grad, path, "grad")
             for pname, p in module.named_parameters():
@@ -91,6 +100,12 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     for m in (model_test, model_ref):
         if not isinstance(m, torch.nn.Module):
             raise TypeError(f"isolate needs torch.nn.Module models, got {type(m).__name__}")
+    past = [n for n, v in (inputs.items() if isinstance(inputs, dict) else enumerate(_as_args(inputs)))
+            if is_hf_cache(v)]
+    if past:
+        raise ValueError(f"isolate runs each module on one forward pass over the inputs; input "
+                         f"{past[0]!r} is a cache of earlier tokens, which a module run alone "
+                         "cannot use: pass the whole sequence and no cache")
     # No fingerprints here: the three runs are made from one set of inputs, in this call.
     call = _module_copy(model_ref, torch.float64, device)
     args = _cast(_as_args(inputs), torch.float64, device)

@@ -94,6 +94,40 @@ TEST_F(DivergenceTest, ABackwardOnlyBugIsFoundInBackwardOrder) {
   EXPECT_EQ(d->backward->inputs_aligned, true);
 }
 
+TEST_F(DivergenceTest, AWeightGradientAloneMakesItsModuleTheCulprit) {
+  TraceMetadata m = chain();
+  // b's weight gradient became final right after b's backward, from what b received and
+  // its forward input; nothing else in the backward pass depends on it.
+  m.order = {"a.in",   "a.out",  "b.out",
+             "c.out",  "out",    "c.grad_out",
+             "c.grad", "b.grad", "grad.param.b.weight",
+             "a.grad"};
+  m.inputs["grad.param.b.weight"] = {"c.grad", "a.out"};
+  const Report r = judge_run(m.order, {"grad.param.b.weight"});
+  const auto d = find_first_divergence(m, r);
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->forward);
+  ASSERT_TRUE(d->backward) << "a weight gradient takes part in the backward divergence";
+  EXPECT_EQ(d->backward->tensor, "grad.param.b.weight");
+  EXPECT_EQ(d->backward->module, "b");
+  EXPECT_EQ(d->backward->inputs_aligned, true);
+}
+
+TEST_F(DivergenceTest, AModelsInputGradientFromItsOwnCodeIsTheModelsFault) {
+  TraceMetadata m;
+  m.order = {"out", "grad.input.x"};
+  m.tags["out"] = {{"kind", "output"}};
+  m.tags["grad.input.x"] = {{"kind", "input-grad"}};
+  // Computed from the run's own inputs, which are the same in every run.
+  m.inputs = {{"out", {}}, {"grad.input.x", {}}};
+  const Report r = judge_run(m.order, {"grad.input.x"});
+  const auto d = find_first_divergence(m, r);
+  ASSERT_TRUE(d && d->backward);
+  EXPECT_EQ(d->backward->tensor, "grad.input.x");
+  EXPECT_EQ(d->backward->module, "");
+  EXPECT_EQ(d->backward->inputs_aligned, true) << "never 'inputs not in the traces'";
+}
+
 TEST_F(DivergenceTest, AnInputComputedBetweenModulesNamesTheCodeAroundThem) {
   TraceMetadata m = chain();
   m.tags["a.in"]["producer"] = "";  // computed by the model's own code, outside any module
@@ -145,6 +179,21 @@ TEST_F(DivergenceTest, InputsSurviveTheMetadataRoundTrip) {
   EXPECT_EQ(back.inputs, m.inputs);
   EXPECT_EQ(back.tags, m.tags);
   EXPECT_THROW(TraceMetadata::from_json(R"({"inputs":{"a":"b"}})", "test"), Error);
+}
+
+TEST_F(DivergenceTest, WhatTheRecorderLeftOutRoundTripsAndIsReported) {
+  TraceMetadata m = chain();
+  m.not_recorded = {{"a.in.cache", "a DynamicCache: state updated in place"}};
+  const TraceMetadata back = TraceMetadata::from_json(m.to_json(), "test");
+  EXPECT_EQ(back.not_recorded, m.not_recorded);
+  EXPECT_THROW(TraceMetadata::from_json(R"({"not_recorded":{"a":1}})", "test"), Error);
+  Report r = judge_run(m.order, {"out"});
+  const std::size_t before = r.warnings.size();
+  add_metadata_warnings(nullptr, &m, nullptr, r);
+  ASSERT_EQ(r.warnings.size(), before + 1);
+  EXPECT_NE(r.warnings.back().find("1 value: a.in.cache (a DynamicCache: state updated in place)"),
+            std::string::npos)
+      << r.warnings.back();
 }
 
 }  // namespace

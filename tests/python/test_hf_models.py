@@ -1,0 +1,181 @@
+"""test_hf_models.py: Hugging Face models as users call them (keyword inputs, attention
+masks, the default cache, ModelOutput results), built from small configs (no downloads):
+every module's gradients recorded, planted bugs named by the first divergence and by
+isolation, and nothing printed by our hooks."""
+import warnings
+
+import pytest
+import torch
+
+import numalign
+from numalign.capture import isolate, run_fwd_bwd, trace_model
+
+transformers = pytest.importorskip("transformers")  # in python/requirements-test.txt, pinned
+
+
+def llama():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(config).eval()  # built in training mode
+
+
+def bert():
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     max_position_embeddings=64)
+    return transformers.BertModel(config).eval()
+
+
+def inputs():
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0  # the second sequence is padded
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def quiet(fn, *args, **kwargs):
+    """fn's result; fails on any warning raised while it runs."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn(*args, **kwargs)
+    assert [str(w.message) for w in caught] == []
+    return result
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """Identity forward; backward scales the gradient of the first token by 1.5: a bug
+    that only the backward pass shows."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.clone()
+        g[:, 0] *= 1.5
+        return g
+
+
+def _plant_backward_bug_inside(module):
+    """The module's own code (not a submodule) computes a wrong gradient for what it returns.
+    (A subclass rather than a patched method, so that the copies the runs make keep it.)"""
+    class Buggy(type(module)):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            return (_ScaleGradient.apply(out[0]),) + tuple(out[1:])
+    module.__class__ = Buggy
+
+
+class _WeightGradDropsFirstToken(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        kept = x.clone()
+        kept[:, 0] = 0  # the weight gradient leaves out token 0; the input gradient is right
+        return g @ weight, (g.flatten(0, -2).t() @ kept.flatten(0, -2))
+
+
+def _plant_weight_gradient_bug(linear):
+    class Buggy(type(linear)):
+        def forward(self, x):
+            return _WeightGradDropsFirstToken.apply(x, self.weight)
+    linear.__class__ = Buggy
+
+
+def runs(test_model, ref_model, **kwargs):
+    x = inputs()
+    return (quiet(trace_model, test_model, x, torch.bfloat16, **kwargs),
+            quiet(trace_model, ref_model, x, torch.bfloat16, **kwargs),
+            quiet(trace_model, ref_model, x, torch.float64, **kwargs))
+
+
+def test_a_llama_called_as_users_call_it_records_every_module_without_warnings():
+    t = quiet(trace_model, llama(), inputs(), torch.float64)  # default use_cache: a DynamicCache
+    order, tags = t.metadata["order"], t.metadata["tags"]
+    # Attention is called with keyword arguments: its gradients are recorded all the same,
+    # named as its inputs are.
+    attn = "model.layers.1.self_attn"
+    assert f"{attn}.in.hidden_states" in t
+    assert tags[f"{attn}.grad.hidden_states"] == {"module": attn, "kind": "grad", "call": "0"}
+    assert tags[f"{attn}.grad_out.0"]["kind"] == "grad-output"
+    for path in ("model", "model.embed_tokens", "model.rotary_emb", "lm_head", "model.norm"):
+        assert f"{path}.out" in t or any(n.startswith(f"{path}.out.") for n in t), path
+    # The top model's results, the cache's tensors among them, under clear names.
+    assert "out.logits" in t
+    assert t["out.cache.layers.1.keys"].shape == (2, 2, 8, 8)  # transformers 5 names it cache
+    # The cache handed to each layer is state, not an input: listed as left out.
+    assert t.metadata["not_recorded"][f"{attn}.in.cache"].startswith("a DynamicCache")
+    # A gradient is recorded after what it was computed from, parameters' gradients where
+    # they became final (a module's weight gradient right after its backward).
+    pos = {n: i for i, n in enumerate(order)}
+    assert pos[f"{attn}.grad_out.0"] < pos[f"{attn}.o_proj.grad"] < pos[f"{attn}.grad.hidden_states"]
+    weight = f"grad.param.{attn}.o_proj.weight"
+    assert pos[f"{attn}.o_proj.grad_out"] < pos[weight] < pos["grad.param.model.embed_tokens.weight"]
+
+
+def test_a_backward_bug_inside_attention_is_blamed_on_attention_not_its_layer():
+    test_model, ref_model = llama(), llama()
+    _plant_backward_bug_inside(test_model.model.layers[1].self_attn)
+    report = numalign.judge(*runs(test_model, ref_model))
+    assert not report.aligned
+    d = report.first_divergence
+    assert d["forward"] is None
+    assert d["backward"]["module"] == "model.layers.1.self_attn"
+    assert d["backward"]["inputs_aligned"] is True
+    # isolation too: attention, run on the truth's inputs, is the worst module by itself.
+    ranked = isolate(test_model, ref_model, inputs(), torch.bfloat16).ranking
+    assert ranked[0]["module"] == "model.layers.1.self_attn"
+
+
+def test_a_weight_gradient_bug_alone_is_the_first_divergence():
+    test_model, ref_model = llama(), llama()
+    _plant_weight_gradient_bug(test_model.model.layers[0].mlp.down_proj)
+    report = numalign.judge(*runs(test_model, ref_model))
+    failing = [t["name"] for t in report.tensors if t["verdict"] != "pass"]
+    assert failing == ["grad.param.model.layers.0.mlp.down_proj.weight"]
+    d = report.first_divergence
+    assert d["backward"]["tensor"] == "grad.param.model.layers.0.mlp.down_proj.weight"
+    assert d["backward"]["module"] == "model.layers.0.mlp.down_proj"
+    assert d["backward"]["inputs_aligned"] is True
+    assert "down_proj.weight (module model.layers.0.mlp.down_proj): its inputs pass" in str(report)
+
+
+def test_run_fwd_bwd_of_a_hf_model_names_the_model_itself_not_missing_inputs():
+    test_model, ref_model = llama(), llama()
+    with torch.no_grad():
+        test_model.model.norm.weight.mul_(1.02)  # a forward bug in the last norm
+    x = inputs()
+    traces = [quiet(run_fwd_bwd, m, x, d) for m, d in
+              ((test_model, torch.bfloat16), (ref_model, torch.bfloat16),
+               (ref_model, torch.float64))]
+    report = numalign.judge(*traces)
+    assert not report.aligned
+    assert report.first_divergence["forward"]["inputs_aligned"] is True
+    assert "not in the traces" not in str(report)
+
+
+def test_a_bert_with_integer_inputs_and_its_defaults_traces_and_passes():
+    model = bert()
+    test, ref, truth = runs(model, model)
+    assert "embeddings.word_embeddings.in" in test  # integer ids, recorded as data
+    assert "grad.param.embeddings.word_embeddings.weight" in test
+    assert any(n.startswith("encoder.layer.0.attention.self.grad") for n in test)
+    report = numalign.judge(test, ref, truth)
+    assert report.aligned, str(report)
+
+
+def test_the_report_lists_what_the_recorder_left_out():
+    model = llama()
+    report = numalign.judge(*runs(model, model))
+    assert report.aligned, str(report)
+    assert any("left out of the traces by the recorder's rule" in w and ".in.cache" in w
+               for w in report.warnings)
