@@ -162,8 +162,52 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   return report;
 }
 
+namespace {
+
+// A module path and the paths under it ("a.b" holds "a.b.c", not "a.bc").
+bool within(const std::string& path, const std::string& module) {
+  return path.size() >= module.size() && path.compare(0, module.size(), module) == 0 &&
+         (path.size() == module.size() || path[module.size()] == '.');
+}
+
+// The truth is only as accurate as its least precise op: name where it computed in less
+// than float64, and how many judged tensors were computed inside those modules.
+void warn_truth_below_float64(const TraceMetadata& truth, Report& report) {
+  if (truth.below_float64.empty()) return;
+  std::vector<std::string> places;
+  for (const auto& [module, ops] : truth.below_float64) {
+    if (places.size() == 3) break;
+    std::vector<std::string> first(ops.begin(), ops.begin() + std::min<std::size_t>(ops.size(), 3));
+    places.push_back((module.empty() ? std::string("(model)") : module) + " (" +
+                     detail::joined(first, ", ") + (ops.size() > 3 ? ", ..." : "") + ")");
+  }
+  std::size_t inside = 0;
+  for (const auto& r : report.tensors) {
+    const auto tags = truth.tags.find(r.name);
+    if (tags == truth.tags.end()) continue;
+    const auto module = tags->second.find("module");
+    if (module == tags->second.end()) continue;
+    for (const auto& [m, ops] : truth.below_float64) {
+      if (!m.empty() && m != "(backward)" && within(module->second, m)) {
+        ++inside;
+        break;
+      }
+    }
+  }
+  const std::size_t n = truth.below_float64.size();
+  report.warnings.push_back(
+      "the truth computed in less than float64 in " + std::to_string(n) +
+      (n == 1 ? " place: " : " places: ") + detail::joined(places, "; ") + (n > 3 ? "; ..." : "") +
+      ". There it is only as accurate as that precision (" + std::to_string(inside) +
+      " judged tensors come from those modules, and what follows them inherits it); numalign's "
+      "capture keeps a float64 run float64 unless asked to watch only (float64_truth)");
+}
+
+}  // namespace
+
 void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
                            const TraceMetadata* mu, Report& report) {
+  if (mu) warn_truth_below_float64(*mu, report);
   if (mt && mr) {
     if (!mt->dtype_recipe.empty() && !mr->dtype_recipe.empty() &&
         mt->dtype_recipe != mr->dtype_recipe) {

@@ -614,6 +614,15 @@ std::string TraceMetadata::to_json() const {
     }
     w.end_object();
   }
+  if (!below_float64.empty()) {
+    w.key("below_float64").begin_object();
+    for (const auto& [module, ops] : below_float64) {
+      w.key(module).begin_array();
+      for (const auto& op : ops) w.string(op);
+      w.end_array();
+    }
+    w.end_object();
+  }
   if (!not_recorded.empty()) {
     w.key("not_recorded").begin_object();
     for (const auto& [k, v] : not_recorded) w.key(k).string(v);
@@ -698,6 +707,16 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
         if (g.value.get(arr)) fail(where, ctx + ": " + what + " must be an array of names");
         auto& from = m.inputs[std::string(g.key)];
         for (auto v : arr) from.push_back(need_string(v, what + "[]"));
+      }
+    } else if (k == "below_float64") {
+      simdjson::dom::object obj;
+      if (f.value.get(obj)) fail(where, ctx + ": below_float64 must be an object of op arrays");
+      for (auto g : obj) {
+        simdjson::dom::array arr;
+        const std::string what = "below_float64." + std::string(g.key);
+        if (g.value.get(arr)) fail(where, ctx + ": " + what + " must be an array of ops");
+        auto& ops = m.below_float64[std::string(g.key)];
+        for (auto v : arr) ops.push_back(need_string(v, what + "[]"));
       }
     } else if (k == "not_recorded") {
       m.not_recorded = string_map(f.value, k);

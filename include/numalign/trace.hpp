@@ -45,6 +45,10 @@ struct TraceMetadata {
   std::optional<RandomUse> random;  // absent: not recorded (a trace made elsewhere)
   // value -> why the recorder left it out (a cache handed to a module: state, not a value)
   std::map<std::string, std::string> not_recorded;
+  // module -> the ops that computed in less than float64 there (a truth run that is not all
+  // float64: model code that casts to float32, an fp32-only kernel); "(backward)" for the
+  // backward pass
+  std::map<std::string, std::vector<std::string>> below_float64;
 
   std::string to_json() const;
   // Throws Error(where, ...) on invalid JSON or fields of the wrong type.

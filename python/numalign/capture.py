@@ -2,17 +2,19 @@
 outputs, input grads and parameter grads as a Trace, so truth / ref / test runs line up."""
 from __future__ import annotations
 
+import contextlib
 import platform
 
 import torch
 
+from . import _precision
 from ._runs import _as_args, _cast, _forward_backward, _module_copy, tf32_off, watch_randomness
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
 
 
-def _prepare(fn, inputs, dtype, device):
+def _prepare(fn, inputs, dtype, device, float64_truth="keep"):
     """(callable, module copy or None, cast inputs, fingerprints of inputs and parameters)."""
     inputs_list = _as_args(inputs)
     fingerprints = {f"input.{k}": fingerprint(v) for k, v in flatten(inputs_list).items()
@@ -21,7 +23,17 @@ def _prepare(fn, inputs, dtype, device):
     if isinstance(fn, torch.nn.Module):
         fingerprints.update({f"param.{name}": fingerprint(p) for name, p in fn.named_parameters()})
         module = fn = _module_copy(fn, dtype, device)
+        if dtype == torch.float64 and float64_truth == "keep":
+            _precision.cast_buffers_to_float64(module)
     return fn, module, _cast(inputs_list, dtype, device), fingerprints
+
+
+def _truth_watch(module, dtype, mode):
+    """The float64 truth's watch (see _precision.py) for a float64 run; nothing otherwise."""
+    _precision.check_mode(mode)
+    if dtype != torch.float64:
+        return contextlib.nullcontext({})
+    return _precision.float64_truth(module, mode)
 
 
 def _end_grads(args, module):
@@ -38,7 +50,7 @@ def _end_grads(args, module):
 
 
 def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=None,
-              not_recorded=None):
+              not_recorded=None, precision=None):
     meta = {
         "dtype_recipe": str(dtype).replace("torch.", ""),
         "device": str(device),
@@ -55,6 +67,10 @@ def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=Non
         meta["inputs"] = inputs
     if not_recorded:
         meta["not_recorded"] = not_recorded
+    if precision:  # a float64 run: how it kept float64, and where it still computed in less
+        meta["float64_truth"] = precision["mode"]
+        meta["below_float64"] = precision["below_float64"]
+        meta["raised_to_float64"] = precision["raised"]
     return meta
 
 
@@ -63,13 +79,18 @@ def _kind_of(name):
             "input-grad" if name.startswith("grad.input") else "param-grad")
 
 
-def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu") -> Trace:
+def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
+                float64_truth: str = "keep") -> Trace:
     """Runs ``fn(*inputs)`` (or ``fn(**inputs)`` for a dict) in ``dtype`` on ``device``, then
     backward with fixed upstream gradients; returns a Trace of ``out.*``, ``grad.input.*`` and
-    ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched."""
-    call, module, args, fingerprints = _prepare(fn, inputs, dtype, device)
+    ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched.
+    A float64 run is a truth and stays float64: with ``float64_truth="keep"`` casts down
+    inside it (``.float()``, ``dtype=torch.float32``) compute in float64 and floating buffers
+    are float64; ``"watch"`` runs the code as written. Either way the trace records where it
+    still computed in less than float64 (``below_float64``), and the judge warns."""
+    call, module, args, fingerprints = _prepare(fn, inputs, dtype, device, float64_truth)
     with tf32_off():
-        with watch_randomness(module) as random:
+        with watch_randomness(module) as random, _truth_watch(module, dtype, float64_truth) as precision:
             outputs = _forward_backward(call, args, seed)
         tensors = {n: o.detach() for n, o in outputs.items()}
         tensors.update(_end_grads(args, module))
@@ -77,12 +98,12 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu") -> Trace:
         # their fingerprints check): a failing tensor makes the function itself the culprit.
         metadata = _metadata(dtype, device, seed, fingerprints, list(tensors),
                              {n: {"kind": _kind_of(n)} for n in tensors}, random,
-                             {n: [] for n in tensors})
+                             {n: [] for n in tensors}, precision=precision)
     return Trace(tensors, metadata=metadata)
 
 
 def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=None,
-                device="cpu") -> Trace:
+                device="cpu", float64_truth: str = "keep") -> Trace:
     """Runs ``model`` forward and backward like ``run_fwd_bwd`` and records every selected
     submodule on the way: its inputs (``PATH.in``), outputs (``PATH.out``), the gradients it
     passes upstream (``PATH.grad``) and those it received (``PATH.grad_out``); a module
@@ -90,16 +111,18 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     paths (default all). The trace keeps execution order and, per tensor, its module, kind
     and call, and what it was computed from, so a judgement can name the first module to
     go wrong. With ``save_to``, tensors stream to that file as they are produced (memory
-    stays bounded by the largest tensor) and the returned Trace maps it."""
+    stays bounded by the largest tensor) and the returned Trace maps it. A float64 run stays
+    float64 as in ``run_fwd_bwd`` (``float64_truth``)."""
     from ._module_hooks import ModuleRecorder
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
-    call, module, args, fingerprints = _prepare(model, inputs, dtype, device)
+    call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth)
     recorder = ModuleRecorder(module, modules, save_to)
     try:
         with tf32_off(), recorder.hooked():
-            with watch_randomness(module) as random:
+            with watch_randomness(module) as random, \
+                    _truth_watch(module, dtype, float64_truth) as precision:
                 outputs = _forward_backward(call, args, seed)
             # The model's own results and input gradients: computed by its code (outside
             # every submodule) from the run's inputs, the same in every run.
@@ -111,7 +134,7 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
                     recorder.record(n, g, module="", kind="input-grad", inputs=[])
             recorder.record_param_grads({n: g for n, g in grads.items() if n.startswith("grad.param.")})
             metadata = _metadata(dtype, device, seed, fingerprints, recorder.order, recorder.tags,
-                                 random, recorder.inputs, recorder.skipped)
+                                 random, recorder.inputs, recorder.skipped, precision)
     except BaseException:
         recorder.abort()
         raise

@@ -196,5 +196,35 @@ TEST_F(DivergenceTest, WhatTheRecorderLeftOutRoundTripsAndIsReported) {
       << r.warnings.back();
 }
 
+TEST_F(DivergenceTest, ATruthBelowFloat64IsNamedWithTheTensorsItFeeds) {
+  TraceMetadata truth = chain();
+  truth.below_float64 = {{"b", {"_to_copy (float32)", "pow (float32)"}},
+                         {"(backward)", {"mm (float32)"}}};
+  truth.tags["b.sub.out"] = {{"module", "b.sub"}, {"kind", "output"}};
+  truth.tags["bc.out"] = {{"module", "bc"}, {"kind", "output"}};  // not inside b
+  const TraceMetadata back = TraceMetadata::from_json(truth.to_json(), "test");
+  EXPECT_EQ(back.below_float64, truth.below_float64);
+  EXPECT_THROW(TraceMetadata::from_json(R"({"below_float64":{"b":"pow"}})", "test"), Error);
+  std::vector<std::string> names = truth.order;
+  names.push_back("b.sub.out");
+  names.push_back("bc.out");
+  Report r = judge_run(names, {"out"});
+  const std::size_t before = r.warnings.size();
+  add_metadata_warnings(nullptr, nullptr, &truth, r);
+  ASSERT_EQ(r.warnings.size(), before + 1);
+  const std::string& w = r.warnings.back();
+  EXPECT_NE(w.find("in 2 places: (backward) (mm (float32)); b (_to_copy (float32), pow (float32))"),
+            std::string::npos)
+      << w;
+  // b.out, b.grad, grad.param.b.weight and b.sub.out; not bc.out
+  EXPECT_NE(w.find("(4 judged tensors come from those modules"), std::string::npos) << w;
+  // A truth all in float64 says nothing.
+  Report quiet = judge_run(names, {"out"});
+  const std::size_t n = quiet.warnings.size();
+  const TraceMetadata pure = chain();
+  add_metadata_warnings(nullptr, nullptr, &pure, quiet);
+  EXPECT_EQ(quiet.warnings.size(), n);
+}
+
 }  // namespace
 }  // namespace numalign

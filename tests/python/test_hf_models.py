@@ -179,3 +179,47 @@ def test_the_report_lists_what_the_recorder_left_out():
     assert report.aligned, str(report)
     assert any("left out of the traces by the recorder's rule" in w and ".in.cache" in w
                for w in report.warnings)
+
+
+def _norm_error(trace, model):
+    """Worst relative L2 error of the trace's RMSNorm outputs against an exact float64 norm
+    of the same recorded inputs."""
+    modules, worst = dict(model.named_modules()), 0.0
+    for name in trace:
+        if name.endswith("norm.out"):
+            path = name[:-len(".out")]
+            x, norm = trace[f"{path}.in"].to(torch.float64), modules[path]
+            exact = norm.weight.to(torch.float64) * x * torch.rsqrt(
+                x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+            worst = max(worst, ((trace[name] - exact).norm() / exact.norm()).item())
+    return worst
+
+
+def test_the_truth_stays_float64_where_model_code_casts_to_float32():
+    model = llama()
+    kept = quiet(trace_model, model, inputs(), torch.float64)  # float64_truth="keep"
+    assert kept.metadata["float64_truth"] == "keep"
+    assert kept.metadata["below_float64"] == {}
+    # LlamaRMSNorm's .to(torch.float32) and the rotary embedding's .float() became float64.
+    raised = kept.metadata["raised_to_float64"]
+    assert "model.layers.0.input_layernorm" in raised and "model.rotary_emb" in raised
+    assert _norm_error(kept, model) < 1e-15
+
+    watched = quiet(trace_model, model, inputs(), torch.float64, float64_truth="watch")
+    below = watched.metadata["below_float64"]
+    assert "pow (float32)" in below["model.layers.1.post_attention_layernorm"]
+    assert any(op.startswith("cos (float32)") for op in below["model.rotary_emb"])
+    assert below["(backward)"]  # the norms' backward computes in float32 too
+    assert 1e-9 < _norm_error(watched, model) < 1e-6  # float32-accurate, not float64
+
+    # Judged against such a truth, the report says where it fell short.
+    report = numalign.judge(quiet(trace_model, model, inputs(), torch.bfloat16),
+                            quiet(trace_model, model, inputs(), torch.bfloat16), watched)
+    w = [w for w in report.warnings if w.startswith("the truth computed in less than float64")]
+    assert len(w) == 1 and "input_layernorm (_to_copy (float32)" in w[0], report.warnings
+    # run_fwd_bwd watches the same way; other precisions are not truths and are not watched.
+    fwd = run_fwd_bwd(model, inputs(), torch.float64, float64_truth="watch")
+    assert "model.layers.0.input_layernorm" in fwd.metadata["below_float64"]
+    assert "below_float64" not in run_fwd_bwd(model, inputs(), torch.float32).metadata
+    with pytest.raises(ValueError, match="float64_truth must be one of keep, watch"):
+        run_fwd_bwd(model, inputs(), torch.float64, float64_truth="pure")
