@@ -2,6 +2,7 @@
 # check_cmake_package.sh BUILD: the C++ package as a downstream project sees it. Installs the
 # configured and built tree BUILD into a temporary prefix, then checks that
 #   - every installed header compiles alone with only the prefix's include folder;
+#   - README's "From C++ tests" shows the example's code as it is;
 #   - examples/cpp_kernel_test, a separate CMake project, finds the package (find_package),
 #     builds with warnings as errors and passes its tests;
 #   - pkg-config's flags compile and link a program;
@@ -29,6 +30,9 @@ for header in "$prefix"/include/numalign/*.hpp; do
 done
 ls "$work"/headers/*.cpp | xargs -P "$jobs" -I{} \
   c++ -std=c++20 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I "$prefix/include" {}
+
+echo "== the README's C++ and CMake code is the example's"
+python3 "$root/tests/packaging/readme_matches_example.py" "$root"
 
 echo "== examples/cpp_kernel_test against the installed package"
 cmake -S "$root/examples/cpp_kernel_test" -B "$work/example" -G Ninja \
