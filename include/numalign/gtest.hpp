@@ -8,7 +8,9 @@
 //   EXPECT_MATCHES_WITH(a, b, numalign::check().rule("exact").dtype(numalign::DType::F8_E4M3));
 //
 // ASSERT_ forms stop the test. A check with a bad option (an unknown rule, a loosening
-// override without a reason) fails, naming the option.
+// override without a reason) fails, naming the option. In a TEST_P sweep, put the case's
+// parameters in the name (check().name("out[m=" + std::to_string(m) + "]")): the report of a
+// failing case names them (examples/cpp_kernel_test does).
 #pragma once
 
 #include <gtest/gtest.h>
