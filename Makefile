@@ -5,7 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev libhwy-dev libbenchmark-dev clang-format \
   clang-14 libclang-rt-14-dev chromium
-.PHONY: deps deps-apt deps-python build install-python stubs wheel-check demo test test-cpp test-sanitize \
+.PHONY: deps deps-apt deps-python build install-python stubs wheel-check package-check demo test test-cpp \
+  test-sanitize \
   test-python build-fuzz fuzz fuzz-smoke bench bench-smoke format format-check clean
 
 deps: deps-apt deps-python
@@ -44,6 +45,11 @@ stubs: install-python
 # The wheel carries every library it needs beyond the C/C++ runtime, and runs in a fresh venv.
 wheel-check: deps-apt deps-python
 	@bash tests/packaging/check_wheel.sh $(PY) $(BUILD)/wheel-check
+
+# The C++ package as a downstream project uses it: installed into a temporary prefix, found by
+# examples/cpp_kernel_test (find_package), by pkg-config and through add_subdirectory.
+package-check: build
+	@bash tests/packaging/check_cmake_package.sh $(BUILD)
 
 demo: build install-python
 	@$(BUILD)/make_example_traces $(BUILD)/demo
@@ -92,7 +98,7 @@ fuzz-smoke: build-fuzz
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
 
-test: format-check test-cpp test-sanitize fuzz-smoke test-python wheel-check bench-smoke
+test: format-check test-cpp package-check test-sanitize fuzz-smoke test-python wheel-check bench-smoke
 
 # The benchmark of docs/benchmarks.md: about 15 GB of traces under $(BUILD)/bench/data,
 # 6-20 minutes on 2 cores, depending on the machine. BENCH_ARGS="--scale 0.1" for a quicker look.
