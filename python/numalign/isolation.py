@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ._module_hooks import _call_values, _tensors_of, watch_gradients
+from . import _precision
 from ._runs import _as_args, _cast, _forward_backward, _module_copy, selected_modules, tf32_off
 from ._tensors import is_hf_cache
 from .api import _judge
@@ -58,9 +59,26 @@ class _Calls:
         return handles
 
 
-def _run_isolated(model, calls, dtype, device):
-    """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags."""
-    by_path = dict(_module_copy(model, dtype, device).named_modules())
+def _float64_copy(model, device, mode):
+    copied = _module_copy(model, torch.float64, device)
+    if mode == "keep":
+        _precision.cast_buffers_to_float64(copied)
+    return copied
+
+
+def _run_isolated(model, calls, dtype, device, mode):
+    """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags, and
+    for float64 the truth's precision record (see _precision.py)."""
+    if dtype == torch.float64:
+        copied = _float64_copy(model, device, mode)
+        with _precision.float64_truth(copied, mode) as precision:
+            tensors, tags = _run_calls(copied, calls, dtype, device)
+        return tensors, tags, precision
+    return (*_run_calls(_module_copy(model, dtype, device), calls, dtype, device), None)
+
+
+def _run_calls(copied, calls, dtype, device):
+    by_path = dict(copied.named_modules())
     tensors, tags = {}, {}
 
     def keep(name, t, path, kind):
@@ -91,12 +109,14 @@ def _run_isolated(model, calls, dtype, device):
 
 
 def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0, device="cpu",
-            **judge_options) -> Report:
+            float64_truth: str = "keep", **judge_options) -> Report:
     """Judges every selected module (globs on module paths; default all) of ``model_test``
     against the same module of ``model_ref``, each run on the float64 truth's inputs to
     that module, forward and backward. The Report's ``ranking`` lists modules by their own
     worst ratio / limit, the module most wrong by itself first; ``str(report)`` starts
-    with it. ``judge_options`` are those of ``judge()``."""
+    with it. The truth's runs stay float64 as in ``capture.run_fwd_bwd`` (``float64_truth``).
+    ``judge_options`` are those of ``judge()``."""
+    _precision.check_mode(float64_truth)
     for m in (model_test, model_ref):
         if not isinstance(m, torch.nn.Module):
             raise TypeError(f"isolate needs torch.nn.Module models, got {type(m).__name__}")
@@ -107,12 +127,12 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
                          f"{past[0]!r} is a cache of earlier tokens, which a module run alone "
                          "cannot use: pass the whole sequence and no cache")
     # No fingerprints here: the three runs are made from one set of inputs, in this call.
-    call = _module_copy(model_ref, torch.float64, device)
+    call = _float64_copy(model_ref, device, float64_truth)
     args = _cast(_as_args(inputs), torch.float64, device)
     calls = _Calls(call, modules)
     handles = calls.hooks()
     try:
-        with tf32_off():
+        with tf32_off(), _precision.float64_truth(call, float64_truth):
             _forward_backward(call, args, seed)
     finally:
         for h in handles:
@@ -121,9 +141,12 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     with tf32_off():
         for role, model, role_dtype in (("truth", model_ref, torch.float64), ("ref", model_ref, dtype),
                                         ("test", model_test, dtype)):
-            tensors, tags = _run_isolated(model, calls, role_dtype, device)
-            runs[role] = Trace(tensors, metadata={"dtype_recipe": str(role_dtype).replace("torch.", ""),
-                                                  "order": list(tensors), "tags": tags})
+            tensors, tags, precision = _run_isolated(model, calls, role_dtype, device, float64_truth)
+            metadata = {"dtype_recipe": str(role_dtype).replace("torch.", ""),
+                        "order": list(tensors), "tags": tags}
+            if precision:
+                metadata["below_float64"] = precision["below_float64"]
+            runs[role] = Trace(tensors, metadata=metadata)
     # No first divergence here, where no module sees another's output: the core ranks the
     # modules by their own worst tensor instead.
     return _judge(runs["test"], runs["ref"], runs["truth"], module_ranking=True, **judge_options)

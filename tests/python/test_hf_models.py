@@ -223,3 +223,12 @@ def test_the_truth_stays_float64_where_model_code_casts_to_float32():
     assert "below_float64" not in run_fwd_bwd(model, inputs(), torch.float32).metadata
     with pytest.raises(ValueError, match="float64_truth must be one of keep, watch"):
         run_fwd_bwd(model, inputs(), torch.float64, float64_truth="pure")
+
+
+def test_isolation_keeps_its_truth_float64_too():
+    model = llama()
+    kept = isolate(model, model, inputs(), torch.bfloat16)
+    assert not any(w.startswith("the truth computed in less") for w in kept.warnings)
+    watched = isolate(model, model, inputs(), torch.bfloat16, float64_truth="watch")
+    assert any(w.startswith("the truth computed in less") and "input_layernorm" in w
+               for w in watched.warnings), watched.warnings
