@@ -93,9 +93,34 @@ def watch_gradients(obj, names, on_grad):
     return _replace_tensors(obj, wrap) if suffix_of else obj
 
 
+def available_memory() -> int:
+    """Bytes the system can still give this process (MemAvailable), or 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def default_memory_budget() -> int:
+    """Half of the memory available now: the run itself needs the rest."""
+    available = available_memory()
+    return available // 2 if available else 8 << 30
+
+
+class RecordingBudgetExceeded(MemoryError):
+    """A trace recorded in memory would pass its budget; ``save_to=`` streams it instead."""
+
+
 class ModuleRecorder:
-    def __init__(self, model: torch.nn.Module, globs, save_to):
+    def __init__(self, model: torch.nn.Module, globs, save_to, memory_budget=None):
         self._modules = selected_modules(model, globs)
+        self._budget = None if save_to is not None else (
+            default_memory_budget() if memory_budget is None else memory_budget)
+        self._held = 0             # bytes of the tensors held in memory
         self._params = list(model.named_parameters())
         self._writer = _core.TraceStreamWriter(os.fspath(save_to)) if save_to is not None else None
         self._tensors = {}
@@ -114,6 +139,7 @@ class ModuleRecorder:
         if self._writer is not None:
             self._writer.add(name, to_core(t, name))
         else:
+            self._hold(name, t)
             self._tensors[name] = t.clone()  # later in-place updates must not change it
         self.order.append(name)
         self.tags[name] = {"module": module, "kind": kind, "call": str(call)}
@@ -122,6 +148,19 @@ class ModuleRecorder:
         if inputs is not None:
             self.inputs[name] = list(inputs)
         return name
+
+    def _hold(self, name, t):
+        """Counts a tensor against the budget; refuses, before copying it, one that would
+        pass it."""
+        size = t.numel() * t.element_size()
+        if self._held + size > self._budget:
+            raise RecordingBudgetExceeded(
+                f"recording {name!r} ({size:,} bytes) would take the trace held in memory past "
+                f"its budget of {self._budget:,} bytes ({self._held:,} held, "
+                f"{len(self._tensors)} tensors): pass save_to=PATH to stream the trace to a file "
+                "(memory then stays bounded by the largest tensor), select fewer modules with "
+                "modules=[...], or raise memory_budget=")
+        self._held += size
 
     @staticmethod
     def _base(path, call):

