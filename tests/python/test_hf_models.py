@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 import numalign
 from numalign.capture import isolate, run_fwd_bwd, trace_model
@@ -201,3 +202,23 @@ def test_the_hf_demo_finds_each_planted_bug_where_it_was_planted(tmp_path, capsy
     assert "== BERT, nothing planted: aligned" in printed
     for _, path, _, _ in BUGS:
         assert (tmp_path / f"{path}.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_tied_weights_have_one_gradient_the_sum_of_both_uses():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, tie_word_embeddings=True)
+    model = transformers.LlamaForCausalLM(config).eval()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    t = quiet(trace_model, model, inputs(), torch.float64)
+    grads = [n for n in t if n.startswith("grad.param.") and n.endswith("embed_tokens.weight")]
+    assert grads == ["grad.param.model.embed_tokens.weight"]
+    assert "grad.param.lm_head.weight" not in t
+    # The same gradient as plain autograd's, lm_head's use and the embedding's summed.
+    plain = run_fwd_bwd(model, inputs(), torch.float64)
+    assert torch.equal(t["grad.param.model.embed_tokens.weight"],
+                       plain["grad.param.model.embed_tokens.weight"])
+    # It became final at the embedding's backward, the last use to be differentiated.
+    order = t.metadata["order"]
+    assert order.index("grad.param.model.embed_tokens.weight") > order.index("lm_head.grad")
