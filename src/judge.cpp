@@ -3,6 +3,9 @@
 #include "numalign/judge.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
+#include <unordered_map>
 
 #include "format.hpp"
 #include "metrics_internal.hpp"
@@ -360,6 +363,71 @@ void check_randomness(const TraceMetadata* mt, const TraceMetadata* mr, const Tr
       "(Python: shared_randomness=REASON)");
 }
 
+// Half the spacing of a dtype's numbers near 1 (the most a rounding to it moves a value,
+// relatively); 0 for dtypes the bound below does not judge (float64 refs, integers, E8M0).
+double unit_roundoff(DType dt) {
+  switch (dt) {
+    case DType::F32:
+      return 0x1p-24;
+    case DType::F16:
+      return 0x1p-11;
+    case DType::BF16:
+      return 0x1p-8;
+    case DType::F8_E4M3:
+    case DType::F8_E4M3FNUZ:
+      return 0x1p-4;
+    case DType::F8_E5M2:
+    case DType::F8_E5M2FNUZ:
+      return 0x1p-3;
+    default:
+      return 0;
+  }
+}
+
+// A reference that is not a rendition of the truth (its own dropout masks, other inputs)
+// makes the allowance as large as its error. Traces made elsewhere say nothing of that;
+// the data does. Measured (bench/ref_vs_truth.py, docs/architecture.md): tensor by tensor,
+// legitimate refs can be any distance from truth (gradients that are zero in exact
+// arithmetic, sums that cancel), but run by run, at most 1% of a legitimate run's tensors
+// are more than kFarOff units of roundoff from the truth, and at least 67% of a
+// non-rendition's are. So: could not judge when most tensors, and enough of them to
+// outvote a few cancelling ones, are that far off.
+constexpr double kFarOff = 32;          // units of the ref dtype's roundoff
+constexpr std::size_t kFarTensors = 8;  // and at least this many of them
+
+void check_reference_renders_truth(const std::vector<TensorTriple>& triples,
+                                   const JudgeOptions& options, Report& report) {
+  std::unordered_map<std::string_view, DType> ref_dtype;
+  for (const auto& t : triples)
+    if (t.ref) ref_dtype.emplace(t.name, t.ref->dtype);
+  std::size_t considered = 0;
+  std::vector<std::pair<double, std::string>> far;
+  for (const auto& r : report.tensors) {
+    if (!r.metrics || !r.metrics->has_truth || r.rule.rfind("rmse", 0) != 0) continue;
+    const auto dt = ref_dtype.find(r.name);
+    const double u = dt == ref_dtype.end() ? 0 : unit_roundoff(dt->second);
+    const Metrics& m = *r.metrics;
+    // Within same()'s tol of the truth, a ref raises no question; the truth's RMS is
+    // recovered from the test's error and relative error (both exact when nonzero).
+    if (u == 0 || !(m.baseline > options.tol) || !std::isfinite(m.baseline)) continue;
+    if (!(m.error > 0) || !(m.rel_l2 > 0) || !std::isfinite(m.rel_l2)) continue;
+    ++considered;
+    const double off = m.baseline / (m.error / m.rel_l2) / u;
+    if (off > kFarOff) far.emplace_back(off, r.name);
+  }
+  if (far.size() < kFarTensors || 2 * far.size() <= considered) return;
+  std::sort(far.begin(), far.end(), std::greater<>());
+  std::vector<std::string> named;
+  for (std::size_t i = 0; i < far.size() && i < 3; ++i)
+    named.push_back(far[i].second + " " + detail::format_number(far[i].first));
+  report.could_not_judge.push_back(
+      "ref is far from the truth in " + std::to_string(far.size()) + " of " +
+      std::to_string(considered) + " tensors (more than " + detail::format_number(kFarOff) +
+      " units of roundoff of its dtype; worst: " + detail::joined(named, ", ") +
+      "): it computed something other than the truth (its own random draws, other inputs, "
+      "other weights), so its distance to the truth measures that, not its precision");
+}
+
 void adopt_tags(const TraceMetadata& ref, Report& report) {
   if (ref.tags.empty()) return;
   for (auto& r : report.tensors) {
@@ -395,6 +463,7 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
   auto meta = [](const Trace* t) { return t && t->metadata() ? &*t->metadata() : nullptr; };
   add_metadata_warnings(meta(&test), meta(&ref), meta(truth), report);
   check_randomness(meta(&test), meta(&ref), meta(truth), options, report);
+  if (truth) check_reference_renders_truth(triples, options, report);
   if (ref.metadata()) {
     adopt_tags(*ref.metadata(), report);
     if (!options.sections.module_ranking) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <limits>
@@ -304,6 +305,42 @@ TEST_F(InMemoryRunTest, RandomRunsCannotBeJudgedUnlessDeclaredShared) {
   EXPECT_EQ(back.random->generators, std::vector<std::string>{"cpu"});
   EXPECT_EQ(back.random->dropout, std::vector<std::string>{"encoder.dropout"});
   EXPECT_FALSE(TraceMetadata::from_json(quiet.to_json(), "here").random->used());
+}
+
+// A reference that computed something other than the truth (its own dropout masks, other
+// inputs), in traces that say nothing of it: most of its tensors are far beyond the
+// roundoff of their dtype from the truth. Could not judge. A few far tensors among many (a
+// gradient that is zero in exact arithmetic, a sum that cancels) are legitimate: judged.
+TEST_F(InMemoryRunTest, AReferenceThatIsNoRenditionOfItsTruthCannotBeJudged) {
+  auto judged = [&](std::size_t tensors, std::size_t far) {
+    std::vector<std::pair<std::string, const Buffer*>> test, ref, truth;
+    for (std::size_t i = 0; i < tensors; ++i) {
+      std::vector<double> exact(256), off(256);
+      for (std::size_t j = 0; j < exact.size(); ++j) {
+        exact[j] = std::sin(0.37 * static_cast<double>(i * 256 + j) + 1.0);
+        // 30% off (about 77 units of bf16's roundoff), or bf16's own rounding of the truth
+        off[j] = i < far ? 1.3 * exact[j] + 0.2 * std::cos(static_cast<double>(j)) : exact[j];
+      }
+      const std::string name = "t" + std::to_string(i);
+      const Buffer& r = values(DType::BF16, off);
+      test.emplace_back(name, &r);
+      ref.emplace_back(name, &r);
+      truth.emplace_back(name, &values(DType::F64, exact));
+    }
+    const Trace t = run(test), r = run(ref), u = run(truth);
+    return judge(t, r, &u, JudgeOptions{});
+  };
+  const Report refused = judged(10, 8);
+  EXPECT_EQ(refused.exit_code(), kCouldNotJudge);
+  ASSERT_EQ(refused.could_not_judge.size(), 1u);
+  EXPECT_NE(refused.could_not_judge[0].find("ref is far from the truth in 8 of 10 tensors"),
+            std::string::npos)
+      << refused.could_not_judge[0];
+  EXPECT_NE(refused.could_not_judge[0].find("its own random draws, other inputs"),
+            std::string::npos);
+  EXPECT_EQ(judged(20, 7).exit_code(), kAligned) << "fewer than 8 far tensors: judged";
+  EXPECT_EQ(judged(10, 5).exit_code(), kAligned) << "not a majority: judged";
+  EXPECT_EQ(judged(9, 0).exit_code(), kAligned);
 }
 
 }  // namespace

@@ -222,3 +222,22 @@ def test_tied_weights_have_one_gradient_the_sum_of_both_uses():
     # It became final at the embedding's backward, the last use to be differentiated.
     order = t.metadata["order"]
     assert order.index("grad.param.model.embed_tokens.weight") > order.index("lm_head.grad")
+
+
+def test_a_bert_left_in_training_mode_cannot_be_judged_even_without_its_metadata():
+    """Dropout on: each run draws its own masks. Capture records it (and the judge refuses);
+    traces made elsewhere say nothing, and the data then shows that ref is no rendition of
+    the truth."""
+    model = bert().train()
+    torch.manual_seed(1)
+    truth = trace_model(model, inputs(), torch.float64)
+    torch.manual_seed(2)
+    ref = trace_model(model, inputs(), torch.bfloat16)
+    torch.manual_seed(3)
+    test = trace_model(model, inputs(), torch.bfloat16)
+    assert numalign.judge(test, ref, truth).exit_code == 2
+    for t in (truth, ref, test):
+        t.metadata = {k: v for k, v in t.metadata.items() if k != "random"}
+    report = numalign.judge(test, ref, truth)
+    assert report.exit_code == 2, str(report)
+    assert any(why.startswith("ref is far from the truth in") for why in report.could_not_judge)
