@@ -363,14 +363,14 @@ void check_randomness(const TraceMetadata* mt, const TraceMetadata* mr, const Tr
       "(Python: shared_randomness=REASON)");
 }
 
-// Half the spacing of a dtype's numbers near 1 (the most a rounding to it moves a value,
-// relatively); 0 for dtypes the bound below does not judge (float64 refs, integers, E8M0).
-double unit_roundoff(DType dt) {
+// The roundoff a reference's tensor may carry: half the spacing of its dtype's numbers near
+// 1, and at least bf16's, since a float32 tensor may hold a result computed in bf16
+// (autocast, master-weight gradients) or TF32. 0 for what the bound below does not judge
+// (float64 refs, integers, E8M0).
+double roundoff_of_ref(DType dt) {
   switch (dt) {
     case DType::F32:
-      return 0x1p-24;
     case DType::F16:
-      return 0x1p-11;
     case DType::BF16:
       return 0x1p-8;
     case DType::F8_E4M3:
@@ -389,10 +389,10 @@ double unit_roundoff(DType dt) {
 // the data does. Measured (bench/ref_vs_truth.py, docs/architecture.md): tensor by tensor,
 // legitimate refs can be any distance from truth (gradients that are zero in exact
 // arithmetic, sums that cancel), but run by run, at most 1% of a legitimate run's tensors
-// are more than kFarOff units of roundoff from the truth, and at least 67% of a
-// non-rendition's are. So: could not judge when most tensors, and enough of them to
-// outvote a few cancelling ones, are that far off.
-constexpr double kFarOff = 32;          // units of the ref dtype's roundoff
+// are more than kFarOff roundoffs from the truth, and at least 67% of a non-rendition's
+// are. So: could not judge when most tensors, and enough of them to outvote a few
+// cancelling ones, are that far off.
+constexpr double kFarOff = 32;          // roundoffs: a relative error of 12.5% at bf16's
 constexpr std::size_t kFarTensors = 8;  // and at least this many of them
 
 void check_reference_renders_truth(const std::vector<TensorTriple>& triples,
@@ -401,19 +401,19 @@ void check_reference_renders_truth(const std::vector<TensorTriple>& triples,
   for (const auto& t : triples)
     if (t.ref) ref_dtype.emplace(t.name, t.ref->dtype);
   std::size_t considered = 0;
-  std::vector<std::pair<double, std::string>> far;
+  std::vector<std::pair<double, std::string>> far;  // (relative error, name)
   for (const auto& r : report.tensors) {
     if (!r.metrics || !r.metrics->has_truth || r.rule.rfind("rmse", 0) != 0) continue;
     const auto dt = ref_dtype.find(r.name);
-    const double u = dt == ref_dtype.end() ? 0 : unit_roundoff(dt->second);
+    const double u = dt == ref_dtype.end() ? 0 : roundoff_of_ref(dt->second);
     const Metrics& m = *r.metrics;
     // Within same()'s tol of the truth, a ref raises no question; the truth's RMS is
     // recovered from the test's error and relative error (both exact when nonzero).
     if (u == 0 || !(m.baseline > options.tol) || !std::isfinite(m.baseline)) continue;
     if (!(m.error > 0) || !(m.rel_l2 > 0) || !std::isfinite(m.rel_l2)) continue;
     ++considered;
-    const double off = m.baseline / (m.error / m.rel_l2) / u;
-    if (off > kFarOff) far.emplace_back(off, r.name);
+    const double relative = m.baseline / (m.error / m.rel_l2);
+    if (relative > kFarOff * u) far.emplace_back(relative, r.name);
   }
   if (far.size() < kFarTensors || 2 * far.size() <= considered) return;
   std::sort(far.begin(), far.end(), std::greater<>());
@@ -422,8 +422,10 @@ void check_reference_renders_truth(const std::vector<TensorTriple>& triples,
     named.push_back(far[i].second + " " + detail::format_number(far[i].first));
   report.could_not_judge.push_back(
       "ref is far from the truth in " + std::to_string(far.size()) + " of " +
-      std::to_string(considered) + " tensors (more than " + detail::format_number(kFarOff) +
-      " units of roundoff of its dtype; worst: " + detail::joined(named, ", ") +
+      std::to_string(considered) + " tensors (relative error above " +
+      detail::format_number(kFarOff) +
+      " roundoffs of its dtype, 12.5% for bf16, fp16 and fp32; worst: " +
+      detail::joined(named, ", ") +
       "): it computed something other than the truth (its own random draws, other inputs, "
       "other weights), so its distance to the truth measures that, not its precision");
 }
