@@ -135,6 +135,18 @@ std::string opt_number(const std::optional<double>& v) { return v ? format_numbe
 
 }  // namespace
 
+namespace {
+
+// The first divergence the verdict line names: forward's, else backward's; null when none.
+const DivergencePoint* headline_divergence(const Report& r) {
+  if (!r.first_divergence) return nullptr;
+  if (r.first_divergence->forward) return &*r.first_divergence->forward;
+  if (r.first_divergence->backward) return &*r.first_divergence->backward;
+  return nullptr;
+}
+
+}  // namespace
+
 std::string render_summary(const Report& r) {
   const std::size_t n = r.tensors.size(), f = r.count(VerdictKind::kFail),
                     e = r.count(VerdictKind::kError);
@@ -144,6 +156,16 @@ std::string render_summary(const Report& r) {
   s += ": " + std::to_string(n - f - e) + " of " + std::to_string(n) + " tensors pass";
   if (f) s += ", " + std::to_string(f) + " fail";
   if (e) s += ", " + std::to_string(e) + " could not be judged";
+  // Where it went wrong first, ahead of the worst tensor (which often only inherited it).
+  if (const DivergencePoint* p = headline_divergence(r)) {
+    s += std::string(p->inputs_aligned.value_or(false) ? "; culprit: module "
+                                                       : "; first divergence: module ") +
+         (p->module.empty() ? "(model)" : printable(p->module)) + " (" +
+         (r.first_divergence->forward ? "forward" : "backward") + ", " + printable(p->tensor) + ")";
+  } else if (!r.ranking.empty() && !r.ranking.front().aligned) {
+    const ModuleRank& m = r.ranking.front();
+    s += "; worst module in isolation: " + (m.module.empty() ? "(model)" : printable(m.module));
+  }
   if (const TensorResult* w = r.worst()) {
     s += "; worst: " + printable(w->name);
     if (w->ratio && w->limit)
@@ -232,9 +254,17 @@ std::string render_text(const Report& report, bool verbose) {
                              static_cast<double>(r.metrics->numel));
       }
     }
-    out += fit(word, 8) + " " + fit(printable(r.name), kName) + " " + fit(r.rule, 9) +
-           pad_left(opt_number(r.ratio), 10) + pad_left(opt_number(r.limit), 8) +
-           pad_left(max_ulp, 9) + pad_left(diff, 8) + "\n";
+    // A long module path loses whole components, never a layer index; verbose, or when that
+    // is not enough, the name is whole on the row and the numbers go on the next line.
+    const std::string shown = printable(r.name);
+    const std::string name = verbose ? shown : shorten_path(shown, kName);
+    out += fit(word, 8) + " ";
+    if (display_width(name) > kName)
+      out += name + "\n" + std::string(9 + kName, ' ');
+    else
+      out += fit(name, kName);
+    out += " " + fit(r.rule, 9) + pad_left(opt_number(r.ratio), 10) +
+           pad_left(opt_number(r.limit), 8) + pad_left(max_ulp, 9) + pad_left(diff, 8) + "\n";
     if (r.verdict != VerdictKind::kPass || verbose) {
       append_detail(out, printable(r.reason));
       if (r.metrics && r.metrics->has_truth && r.verdict != VerdictKind::kPass) {

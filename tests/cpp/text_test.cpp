@@ -92,6 +92,29 @@ TEST(TextTest, WidthsAndCutsAtCharacterBoundaries) {
   EXPECT_EQ(cut_columns("abc", 3), "abc");
 }
 
+TEST(TextTest, ShortenPathDropsWholeComponentsButNeverALayerIndex) {
+  const std::string hf = "grad.param.model.layers.11.self_attn.q_proj.weight";  // 50 columns
+  EXPECT_EQ(shorten_path(hf, 50), hf) << "fits: as it is";
+  // Plain components go first, left to right, then "layers" before its index.
+  EXPECT_EQ(shorten_path(hf, 46), "grad..model.layers.11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 40), "grad..layers.11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 38), "grad..layers.11..q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 27), "grad..11..q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 23), "grad..11..q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 22), "..11..q_proj.weight");
+  // What cannot be dropped does not fit: the path comes back whole, for the caller to wrap.
+  EXPECT_EQ(shorten_path(hf, 18), hf);
+  const std::string call = "model.encoder.layer.3.attention.output#2.dense.out";
+  const std::string cut = shorten_path(call, 30);
+  EXPECT_LE(display_width(cut), 30u) << cut;
+  EXPECT_NE(cut.find(".3."), std::string::npos) << cut;
+  EXPECT_NE(cut.find("output#2"), std::string::npos) << cut;
+  EXPECT_TRUE(cut.ends_with("dense.out")) << cut;
+  // No dot, or two components: nothing to drop.
+  EXPECT_EQ(shorten_path(std::string(50, 'x'), 10), std::string(50, 'x'));
+  EXPECT_EQ(shorten_path("层层层层层层.权重", 8), "层层层层层层.权重");
+}
+
 TEST(TextTest, XmlKeepsWhatXmlCanHoldAndReplacesTheRestVisibly) {
   using detail::Markup;
   using detail::markup_escape;
