@@ -55,6 +55,14 @@ TEST_F(HtmlReportTest, NamesAreEscapedEverywhere) {
   EXPECT_NE(html.find("&lt;script&gt;alert(&apos;x&apos;)&lt;/script&gt;&amp;&quot;layer&quot;"),
             std::string::npos);
   EXPECT_EQ(count(html, "<script>"), 1u) << "only the page's own sorting script";
+  // In module paths too: the tree's summaries and the layer ticks.
+  Report r = judge_two("bad", false);
+  for (auto& t : r.tensors) t.tags = {{"module", hostile + ".layers.1.<b>"}, {"kind", "output"}};
+  const std::string tree = render_html(r);
+  EXPECT_EQ(tree.find(hostile), std::string::npos);
+  EXPECT_EQ(tree.find("<b><b>"), std::string::npos);
+  EXPECT_NE(tree.find(".layers.1.&lt;b&gt;</b> <span"), std::string::npos);
+  EXPECT_EQ(count(tree, "<script>"), 1u);
 }
 
 TEST_F(HtmlReportTest, SelfContainedWithChartsAndTable) {
