@@ -491,7 +491,13 @@ std::string render_json(const Report& report) {
 
 namespace {
 
-void append_junit_suite(std::string& out, const std::string& name, const Report& report) {
+// `classname`: every test case's, or "" for "numalign.<rule>" (the CLI's one report).
+void append_junit_suite(std::string& out, const std::string& name, const Report& report,
+                        const std::string& classname) {
+  const auto class_of = [&](const std::string& rule) {
+    return detail::markup_escape(classname.empty() ? "numalign." + rule : classname,
+                                 detail::Markup::kXml);
+  };
   using detail::Markup;
   const std::size_t f = report.count(VerdictKind::kFail), e = report.count(VerdictKind::kError);
   const std::size_t whole = report.could_not_judge.empty() ? 0 : 1;
@@ -506,12 +512,13 @@ void append_junit_suite(std::string& out, const std::string& name, const Report&
   }
   if (whole) {  // the run itself, so that a CI dashboard shows an error and not a green 0/0
     const std::string why = detail::joined(report.could_not_judge, "; ");
-    out += "<testcase classname=\"numalign\" name=\"(the run)\"><error message=\"" +
+    out += "<testcase classname=\"" + (classname.empty() ? "numalign" : class_of("")) +
+           "\" name=\"(the run)\"><error message=\"" +
            detail::markup_escape("could not judge: " + why, Markup::kXml) + "\"/></testcase>\n";
   }
   for (const auto& r : report.tensors) {
-    out += "<testcase classname=\"numalign." + detail::markup_escape(r.rule, Markup::kXml) +
-           "\" name=\"" + detail::markup_escape(r.name, Markup::kXml) + "\">";
+    out += "<testcase classname=\"" + class_of(r.rule) + "\" name=\"" +
+           detail::markup_escape(r.name, Markup::kXml) + "\">";
     const std::string detail =
         r.reason + (r.ratio && r.limit ? " (ratio " + format_number(*r.ratio) + ", limit " +
                                              format_number(*r.limit) + ")"
@@ -530,12 +537,14 @@ void append_junit_suite(std::string& out, const std::string& name, const Report&
 
 std::string render_junit_suites(const std::vector<JunitSuite>& suites) {
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>";
-  for (const auto& s : suites) append_junit_suite(out, s.name, *s.report);
+  for (const auto& s : suites) append_junit_suite(out, s.name, *s.report, s.name);
   return out + "</testsuites>\n";
 }
 
 std::string render_junit(const Report& report) {
-  return render_junit_suites({{"numalign", &report}});
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>";
+  append_junit_suite(out, "numalign", report, "");
+  return out + "</testsuites>\n";
 }
 
 }  // namespace numalign

@@ -104,7 +104,9 @@ std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
 std::string render_junit(const Report& report);
 // Several reports as one JUnit document, one <testsuite> each, named (e.g. by the test that
-// judged it: the pytest plugin's session report). render_junit is one suite named "numalign".
+// judged it: the pytest plugin's session report, by pytest node id), and each test case (a
+// tensor) with that name as its classname. render_junit is one suite named "numalign", its
+// test cases classed "numalign.<rule>".
 struct JunitSuite {
   std::string name;
   const Report* report;

@@ -239,9 +239,22 @@ TEST(ReportTest, JunitSuitesOnePerReportNamedAndEscaped) {
             std::string::npos)
       << xml;
   EXPECT_NE(xml.find("<testsuite name=\"t.py::b\" tests=\"2\" failures=\"1\""), std::string::npos);
-  EXPECT_NE(xml.find("name=\"y&lt;&#x202e;\""), std::string::npos) << xml;
+  // Each test case named by the test that judged it (classname) and its tensor (name).
+  EXPECT_NE(xml.find("<testcase classname=\"t.py::a&amp;&#10;\" name=\"x\">"), std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"t.py::b\" name=\"y&lt;&#x202e;\"><failure"),
+            std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"t.py::b\" name=\"z\">"), std::string::npos) << xml;
+  EXPECT_EQ(xml.find("numalign.rmse"), std::string::npos) << xml;
   EXPECT_EQ(xml.find("<testsuites>"), xml.rfind("<testsuites>")) << "one document";
-  EXPECT_EQ(render_junit(a), render_junit_suites({{"numalign", &a}}));
+  // The run that could not be judged, too.
+  b.could_not_judge = {"nothing was judged"};
+  EXPECT_NE(render_junit_suites({{"t.py::b", &b}})
+                .find("<testcase classname=\"t.py::b\" name=\"(the run)\"><error"),
+            std::string::npos);
+  EXPECT_NE(render_junit(b).find("<testcase classname=\"numalign\" name=\"(the run)\"><error"),
+            std::string::npos);
 }
 
 TEST(ReportTest, JsonFieldsParseBack) {
