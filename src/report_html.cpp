@@ -49,14 +49,20 @@ std::string svg_open(const std::string& label) {
          num(kWidth) + " " + num(kHeight) + "\">\n";
 }
 
+// A grid line per decade, labelled every 1, 2, 3... decades so that labels stay 14 px apart.
 std::string y_decade_grid(const LogAxis& y) {
   std::string s;
+  const double per_decade = std::abs(y.p0 - y.p1) / std::max(1.0, y.hi - y.lo);
+  const int every = std::max(1, static_cast<int>(std::ceil(14 / per_decade)));
   for (double d = y.lo; d <= y.hi + 1e-9; d += 1) {
     const double py = y.at(std::pow(10.0, d));
     s += "<line class=\"grid\" x1=\"" + num(kLeft) + "\" x2=\"" + num(kWidth - kRight) +
-         "\" y1=\"" + num(py) + "\" y2=\"" + num(py) + "\"/><text class=\"tick\" x=\"" +
-         num(kLeft - 6) + "\" y=\"" + num(py + 4) + "\" text-anchor=\"end\">1e" +
-         std::to_string(static_cast<int>(d)) + "</text>\n";
+         "\" y1=\"" + num(py) + "\" y2=\"" + num(py) + "\"/>";
+    if (static_cast<long>(std::lround(d - y.lo)) % every == 0) {
+      s += "<text class=\"tick\" x=\"" + num(kLeft - 6) + "\" y=\"" + num(py + 4) +
+           "\" text-anchor=\"end\">1e" + std::to_string(static_cast<int>(d)) + "</text>";
+    }
+    s += "\n";
   }
   return s;
 }
@@ -579,6 +585,7 @@ h1 { font-size: 20px; } h1.fail { color: #b00020; } h1.pass { color: #1b5e20; }
 table { border-collapse: collapse; font-size: 13px; } th, td { padding: 2px 8px; text-align: left; }
 th { background: #eee; cursor: pointer; } tr.fail td, tr.error td { background: #ffebee; }
 td:nth-child(5), td:nth-child(6), td:nth-child(7), td:nth-child(8) { text-align: right; }
+#tensors td:nth-child(9) { min-width: 22em; }
 svg { border: 1px solid #ddd; margin: 8px 0; } .grid { stroke: #eee; } .tick, .label { font-size: 11px; fill: #555; }
 circle.pass { fill: #2e7d32; } circle.fail, circle.error { fill: #c62828; } .limit { stroke: #000; stroke-width: 2; }
 .bar { fill: #5c6bc0; } polyline { fill: none; stroke-width: 1.5; } polyline.test { stroke: #c62828; } polyline.ref { stroke: #1565c0; }

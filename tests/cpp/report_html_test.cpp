@@ -223,6 +223,29 @@ TEST(HtmlReportScaleTest, FewTensorsAreDotsAndEveryLayerIsLabelled) {
   EXPECT_EQ(html.find("table-cut"), std::string::npos);
 }
 
+TEST(HtmlReportScaleTest, DecadeLabelsNeverOverlap) {
+  // Ratios from 1e-30 to 1e3: 33 decades in 200 px, labelled at most every 14 px.
+  Report r;
+  for (int i = 0; i < 34; ++i) {
+    TensorResult t;
+    t.name = "t" + std::to_string(i);
+    t.ratio = std::pow(10.0, i - 30);
+    t.limit = 3.0;
+    t.order = static_cast<std::size_t>(i);
+    r.tensors.push_back(t);
+  }
+  const std::string html = render_html(r);
+  const std::string svg = html.substr(0, html.find("</svg>"));
+  std::vector<double> ys;
+  const std::string tag = "<text class=\"tick\" x=\"54.00\" y=\"";
+  for (auto at = svg.find(tag); at != std::string::npos; at = svg.find(tag, at + 1))
+    ys.push_back(std::stod(svg.substr(at + tag.size())));
+  ASSERT_GE(ys.size(), 5u);
+  EXPECT_LT(ys.size(), 34u);
+  for (std::size_t i = 1; i < ys.size(); ++i) EXPECT_GE(ys[i - 1] - ys[i], 14.0 - 1e-9);
+  EXPECT_NE(svg.find(">1e-30</text>"), std::string::npos) << "the lowest decade is labelled";
+}
+
 TEST(HtmlReportScaleTest, MagnitudeLabelsNeverOverlap) {
   Report r;
   TensorResult t;
