@@ -229,12 +229,20 @@ std::string shorten_path(std::string_view s, std::size_t width) {
   auto has_digit = [](std::string_view p) {
     return std::any_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
-  // Which components go first: plain ones left to right, then a name before a digit
-  // ("layers" of "layers.11"), then the first; the last two stay.
+  // Which components go first: the prefix before the first number (a layer index) goes
+  // before what follows it, which names the submodule: "param", "model", then "layers" (the
+  // word before the number), then the first component; after the number, a word before
+  // another number ("in" of "in.1"), then the submodules' names, left to right. The last two
+  // stay.
+  std::size_t first_digit = n;
+  for (std::size_t i = 0; i < n && first_digit == n; ++i) {
+    if (has_digit(parts[i])) first_digit = i;
+  }
   std::vector<std::pair<int, std::size_t>> order;
   for (std::size_t i = 0; i + 2 < n; ++i) {
     if (has_digit(parts[i])) continue;
-    const int tier = i == 0 ? 2 : has_digit(parts[i + 1]) ? 1 : 0;
+    const bool before_digit = has_digit(parts[i + 1]);
+    const int tier = i > first_digit ? (before_digit ? 3 : 4) : i == 0 ? 2 : before_digit ? 1 : 0;
     order.push_back({tier, i});
   }
   std::stable_sort(order.begin(), order.end(),

@@ -95,13 +95,18 @@ TEST(TextTest, WidthsAndCutsAtCharacterBoundaries) {
 TEST(TextTest, ShortenPathDropsWholeComponentsButNeverALayerIndex) {
   const std::string hf = "grad.param.model.layers.11.self_attn.q_proj.weight";  // 50 columns
   EXPECT_EQ(shorten_path(hf, 50), hf) << "fits: as it is";
-  // Plain components go first, left to right, then "layers" before its index.
+  // The prefix before the layer index goes first ("param", "model", then "layers" and the
+  // first), then the submodules after it; never the index, never the last two.
   EXPECT_EQ(shorten_path(hf, 46), "grad..model.layers.11.self_attn.q_proj.weight");
   EXPECT_EQ(shorten_path(hf, 40), "grad..layers.11.self_attn.q_proj.weight");
-  EXPECT_EQ(shorten_path(hf, 38), "grad..layers.11..q_proj.weight");
-  EXPECT_EQ(shorten_path(hf, 27), "grad..11..q_proj.weight");
-  EXPECT_EQ(shorten_path(hf, 23), "grad..11..q_proj.weight");
-  EXPECT_EQ(shorten_path(hf, 22), "..11..q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 38), "grad..11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 32), "grad..11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 31), "..11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 27), "..11..q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 19), "..11..q_proj.weight");
+  // After the index, a word before another number ("in" of "in.1") before a submodule.
+  EXPECT_EQ(shorten_path("model.layers.0.self_attn.in.1.position_embeddings.0", 38),
+            "..0.self_attn..1.position_embeddings.0");
   // What cannot be dropped does not fit: the path comes back whole, for the caller to wrap.
   EXPECT_EQ(shorten_path(hf, 18), hf);
   const std::string call = "model.encoder.layer.3.attention.output#2.dense.out";
