@@ -223,6 +223,23 @@ std::string ratio_chart(const Report& report) {
   s += y_decade_grid(y);
   bool any_layer = false;
   s += layer_ticks(points, xs, any_layer);
+  // Where the run first goes wrong, forward and backward: a line through the plot.
+  if (report.first_divergence) {
+    for (const auto& [point, label] :
+         {std::pair{&report.first_divergence->forward, "first divergence, forward"},
+          std::pair{&report.first_divergence->backward, "first divergence, backward"}}) {
+      if (!*point) continue;
+      const auto at = std::find_if(points.begin(), points.end(), [&](const TensorResult* r) {
+        return r->name == (*point)->tensor;
+      });
+      if (at == points.end()) continue;
+      const double x = xs(static_cast<std::size_t>(at - points.begin())) + step / 2;
+      s += "<line class=\"first\" x1=\"" + num(x) + "\" x2=\"" + num(x) + "\" y1=\"" + num(kTop) +
+           "\" y2=\"" + num(kHeight - kBottom) + "\"><title>" + label + ": " +
+           escape((*point)->tensor) + " (module " +
+           escape((*point)->module.empty() ? "(model)" : (*point)->module) + ")</title></line>\n";
+    }
+  }
   if (step >= 2) {
     for (std::size_t i = 0; i < n; ++i) {
       const TensorResult& r = *points[i];
@@ -280,7 +297,8 @@ std::string ratio_chart(const Report& report) {
                                         : "tensors in execution order") +
                       (step >= 2 ? "; dash: the limit"
                                  : "; bar: the range of a pixel's tensors, "
-                                   "dash: the limit"));
+                                   "dash: the limit") +
+                      (report.first_divergence ? "; purple: first divergence" : ""));
   s += axis_label(16, (kTop + kHeight - kBottom) / 2, "ratio", true);
   return s + "</svg>\n";
 }
@@ -592,7 +610,7 @@ circle.pass { fill: #2e7d32; } circle.fail, circle.error { fill: #c62828; } .lim
 circle.test { fill: #c62828; } circle.ref { fill: #1565c0; }
 line.pass { stroke: #2e7d32; stroke-width: 1; } line.fail, line.error { stroke: #c62828; stroke-width: 1; }
 path.limit { fill: none; stroke-width: 1.5; } .layer { stroke: #d0d0d0; } .direction { stroke: #e65100; stroke-dasharray: 4 3; }
-rect.fwd { fill: #bbdefb; } rect.bwd { fill: #ffe0b2; } .band { font-size: 10px; fill: #333; }
+line.first { stroke: #6a1b9a; stroke-width: 2; stroke-dasharray: 2 2; } rect.fwd { fill: #bbdefb; } rect.bwd { fill: #ffe0b2; } .band { font-size: 10px; fill: #333; }
 .tree details { margin-left: 18px; } .tree > details { margin-left: 0; } .tree summary { cursor: pointer; }
 .tree .m { color: #555; font-size: 12px; } .v { font-size: 11px; font-weight: bold; padding: 0 4px; }
 .v.pass { color: #1b5e20; } .v.fail { color: #fff; background: #c62828; }

@@ -188,6 +188,15 @@ TEST(HtmlReportScaleTest, TenThousandTensorsMakeASmallPageWithLayerTicksAndBands
   EXPECT_NE(chart.find("<rect class=\"bwd\""), std::string::npos);
   EXPECT_NE(chart.find(">forward</text>"), std::string::npos);
   EXPECT_NE(chart.find(">backward</text>"), std::string::npos);
+  // The first divergence marked where it is: layer 70's MLP, forward (tensor 70 x 25 + 15).
+  const std::string first_tag = "<line class=\"first\" x1=\"";
+  const std::size_t first = chart.find(first_tag);
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_NEAR(std::stod(chart.substr(first + first_tag.size())),
+              60 + 820.0 * (70 * 25 + 15 + 0.5) / 10000, 0.01);
+  EXPECT_NE(chart.find("<title>first divergence, forward: model.layers.70.mlp.out0 (module "
+                       "model.layers.70.mlp)</title>"),
+            std::string::npos);
   // Layer numbers under the axis, never overlapping (about 7 px per digit).
   const auto ticks = ratio_ticks(html);
   ASSERT_GT(ticks.size(), 10u);
