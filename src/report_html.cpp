@@ -218,7 +218,8 @@ std::string ratio_chart(const Report& report) {
   const std::size_t n = points.size();
   const double step = plot / static_cast<double>(n);
   const auto xs = [&](std::size_t i) { return kLeft + step * static_cast<double>(i); };
-  auto ratio_y = [&](double v) { return y.at(v > 0 ? v : std::pow(10.0, dlo)); };
+  const double bottom = std::pow(10.0, dlo);  // a ratio of 0 sits on the axis
+  auto ratio_y = [&](double v) { return y.at(v > 0 ? v : bottom); };
   std::string s = svg_open("ratio per tensor in execution order");
   s += y_decade_grid(y);
   bool any_layer = false;
@@ -229,9 +230,9 @@ std::string ratio_chart(const Report& report) {
          {std::pair{&report.first_divergence->forward, "first divergence, forward"},
           std::pair{&report.first_divergence->backward, "first divergence, backward"}}) {
       if (!*point) continue;
-      const auto at = std::find_if(points.begin(), points.end(), [&](const TensorResult* r) {
-        return r->name == (*point)->tensor;
-      });
+      const std::string& tensor = (*point)->tensor;
+      const auto at = std::find_if(points.begin(), points.end(),
+                                   [&](const TensorResult* r) { return r->name == tensor; });
       if (at == points.end()) continue;
       const double x = xs(static_cast<std::size_t>(at - points.begin())) + step / 2;
       s += "<line class=\"first\" x1=\"" + num(x) + "\" x2=\"" + num(x) + "\" y1=\"" + num(kTop) +
