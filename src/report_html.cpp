@@ -551,6 +551,8 @@ void render_node(const std::vector<ModuleNode>& nodes, std::size_t at, const std
   s += "</details>\n";
 }
 
+constexpr std::size_t kMaxDepth = 64;
+
 std::string module_tree(const Report& report) {
   std::vector<const TensorResult*> in_order;
   for (const auto& r : report.tensors) in_order.push_back(&r);
@@ -562,7 +564,16 @@ std::string module_tree(const Report& report) {
   for (const TensorResult* r : in_order) {
     std::size_t at = 0;
     const std::string module = module_of(*r);
-    for (std::string_view part : components(module)) {
+    std::vector<std::string_view> parts = components(module);
+    // A tree at most kMaxDepth deep (the recursion that renders it too): the rest of a deeper
+    // path is one node.
+    if (parts.size() > kMaxDepth) {
+      const std::size_t from =
+          static_cast<std::size_t>(parts[kMaxDepth - 1].data() - module.data());
+      parts.resize(kMaxDepth - 1);
+      parts.push_back(std::string_view(module).substr(from));
+    }
+    for (std::string_view part : parts) {
       const auto it = nodes[at].child_at.find(part);
       if (it != nodes[at].child_at.end()) {
         at = it->second;

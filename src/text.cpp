@@ -226,6 +226,9 @@ std::string shorten_path(std::string_view s, std::size_t width) {
     start = dot + 1;
   }
   const std::size_t n = parts.size();
+  // Each cut renders the path again: beyond a few hundred components (no module is that
+  // deep), the path as it is.
+  if (n > 256) return std::string(s);
   auto has_digit = [](std::string_view p) {
     return std::any_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
   };

@@ -232,6 +232,32 @@ TEST(HtmlReportScaleTest, FewTensorsAreDotsAndEveryLayerIsLabelled) {
   EXPECT_EQ(html.find("table-cut"), std::string::npos);
 }
 
+TEST(HtmlReportScaleTest, AVeryDeepModulePathIsAShallowTree) {
+  // 200,000 components, each level with a tensor of its own: rendered without a recursion
+  // that deep (the tree stops at 64 levels, the rest of the path one node).
+  Report r;
+  std::string path;
+  for (int depth = 0; depth < 4; ++depth) {
+    TensorResult t;
+    path += std::string(depth ? "." : "") + "m";
+    t.name = path + ".out";
+    t.ratio = 1.0;
+    t.limit = 3.0;
+    t.order = static_cast<std::size_t>(depth);
+    t.tags = {{"module", path}, {"kind", "output"}};
+    r.tensors.push_back(t);
+  }
+  std::string deep = "m";
+  for (int i = 1; i < 200'000; ++i) deep += i % 2 ? ".n" : ".m";
+  r.tensors.back().tags["module"] = deep;
+  const std::string html = render_html(r);
+  std::size_t nodes = 0;
+  for (auto at = html.find("<details"); at != std::string::npos; at = html.find("<details", at + 1))
+    ++nodes;
+  EXPECT_LE(nodes, 70u);
+  EXPECT_NE(html.find("n.m.n.m"), std::string::npos) << "the rest of the path, as one node";
+}
+
 TEST(HtmlReportScaleTest, DecadeLabelsNeverOverlap) {
   // Ratios from 1e-30 to 1e3: 33 decades in 200 px, labelled at most every 14 px.
   Report r;

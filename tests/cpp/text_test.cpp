@@ -115,6 +115,10 @@ TEST(TextTest, ShortenPathDropsWholeComponentsButNeverALayerIndex) {
   EXPECT_NE(cut.find(".3."), std::string::npos) << cut;
   EXPECT_NE(cut.find("output#2"), std::string::npos) << cut;
   EXPECT_TRUE(cut.ends_with("dense.out")) << cut;
+  // A hostile path of 100,000 components comes back whole, at once (not a cut at a time).
+  std::string deep = "a";
+  for (int i = 0; i < 100'000; ++i) deep += ".b";
+  EXPECT_EQ(shorten_path(deep, 38), deep);
   // No dot, or two components: nothing to drop.
   EXPECT_EQ(shorten_path(std::string(50, 'x'), 10), std::string(50, 'x'));
   EXPECT_EQ(shorten_path("层层层层层层.权重", 8), "层层层层层层.权重");
