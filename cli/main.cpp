@@ -225,7 +225,52 @@ int inspect(const std::string& path) {
   return kAligned;
 }
 
-int dump(const std::string& path, const std::string& tensor, std::uint64_t limit) {
+// "--at 3,17" (or "(3, 17)" and "(5,)", as a report prints it) against the tensor's shape:
+// the flat position of that element; a clear error for a malformed or out-of-range index.
+std::uint64_t flat_index(const std::string& path, const std::string& tensor, const Shape& shape,
+                         const std::string& at) {
+  const std::string what = "tensor '" + tensor + "': --at " + at + ": ";
+  std::string text;
+  for (char c : at) {
+    if (c != ' ') text += c;
+  }
+  if (text.size() >= 2 && text.front() == '(' && text.back() == ')') {
+    text = text.substr(1, text.size() - 2);
+    if (!text.empty() && text.back() == ',' && text.find(',') == text.size() - 1) text.pop_back();
+  }
+  std::vector<std::uint64_t> idx;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string part = text.substr(start, comma - start);
+    if (part.empty() || part.find_first_not_of("0123456789") != part.npos)
+      fail(path, what + "expected integers separated by commas, as 3,17");
+    if (part.size() > 19) fail(path, what + "index " + part + " is out of range");
+    idx.push_back(std::stoull(part));
+    if (comma == text.size()) break;
+    start = comma + 1;
+  }
+  if (idx.size() != shape.size()) {
+    fail(path, what + std::to_string(idx.size()) + (idx.size() == 1 ? " index" : " indexes") +
+                   " for a tensor of shape " + format_shape(shape) + " (" +
+                   std::to_string(shape.size()) + " dimensions)");
+  }
+  std::uint64_t flat = 0;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (idx[d] >= shape[d]) {
+      fail(path, what + "index " + std::to_string(idx[d]) + " is out of range for dimension " +
+                     std::to_string(d) + " of size " + std::to_string(shape[d]) + " (shape " +
+                     format_shape(shape) + ")");
+    }
+    flat = flat * shape[d] + idx[d];
+  }
+  return flat;
+}
+
+// Elements from the first (or, with --at, `limit` of them around that one: the index printed
+// after the flat one, and the element asked for marked "<"), one a line: flat index, bits,
+// exact value.
+int dump(const std::string& path, const std::string& tensor, std::uint64_t limit,
+         const std::optional<std::string>& at) {
   const Trace t = Trace::open(path);
   const TraceEntry* e = t.find(tensor);
   if (!e) fail(path, "no tensor named '" + tensor + "'");
@@ -234,12 +279,28 @@ int dump(const std::string& path, const std::string& tensor, std::uint64_t limit
                    " is not supported");
   }
   const std::size_t es = element_size(e->view.dtype);
-  const std::uint64_t n = std::min(e->view.numel(), limit);
-  for (std::uint64_t i = 0; i < n; ++i) {
+  const std::uint64_t numel = e->view.numel();
+  std::uint64_t begin = 0, end = std::min(numel, limit);
+  std::optional<std::uint64_t> target;
+  if (at) {
+    target = flat_index(path, tensor, e->view.shape, *at);
+    const std::uint64_t n = std::min(limit, numel);  // centred on it, inside the tensor
+    begin = n ? *target - std::min(*target, (n - 1) / 2) : *target;
+    end = begin + n;
+    if (end > numel) end = numel, begin = numel - n;
+  }
+  for (std::uint64_t i = begin; i < end; ++i) {
     const std::byte* p = e->view.data + i * es;
-    std::printf("%llu 0x%llx %.17g\n", static_cast<unsigned long long>(i),
+    std::string index;
+    if (target) {
+      index = " [";
+      const auto idx = unravel_index(e->view.shape, i);
+      for (std::size_t d = 0; d < idx.size(); ++d) index += (d ? "," : "") + std::to_string(idx[d]);
+      index += "]";
+    }
+    std::printf("%llu%s 0x%llx %.17g%s\n", static_cast<unsigned long long>(i), index.c_str(),
                 static_cast<unsigned long long>(load_bits(e->view.dtype, p)),
-                to_double(e->view.dtype, p));
+                to_double(e->view.dtype, p), target && i == *target ? " <" : "");
   }
   return kAligned;
 }
@@ -356,6 +417,10 @@ int main(int argc, char** argv) {
   dump_cmd->add_option("tensor", dump_tensor)->required();
   dump_cmd->add_option("-n,--limit", dump_limit, "at most this many elements")
       ->capture_default_str();
+  std::optional<std::string> dump_at;
+  dump_cmd->add_option("--at", dump_at,
+                       "print the elements around this index (as 3,17 or (3, 17), as a report "
+                       "prints where the largest error is), -n of them");
 
   std::string pack_in, pack_out;
   auto* pack_cmd =
@@ -397,7 +462,7 @@ int main(int argc, char** argv) {
       return run_judge(resolve_options(args), a, b, "", args.policy_path, out);
     }
     if (*inspect_cmd) return inspect(inspect_path);
-    if (*dump_cmd) return dump(dump_path, dump_tensor, dump_limit);
+    if (*dump_cmd) return dump(dump_path, dump_tensor, dump_limit, dump_at);
     if (*pack_cmd) return pack(pack_in, pack_out);
   } catch (const Error& e) {
     std::fprintf(stderr, "numalign: error: %s\n", e.what());

@@ -15,7 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     numalign::Report r = numalign::decode_report(bytes, "fuzz");
     if (numalign::encode_report(r) != bytes) std::abort();
     numalign::render_text(r, true);
+    numalign::render_text(r, false);  // long names shortened by module path
     numalign::render_json(r);
+    numalign::render_html(r);  // the module tree and the layer ticks, from any tags
     r.sort();
   } catch (const numalign::Error&) {
   }

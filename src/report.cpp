@@ -135,6 +135,18 @@ std::string opt_number(const std::optional<double>& v) { return v ? format_numbe
 
 }  // namespace
 
+namespace {
+
+// The first divergence the verdict line names: forward's, else backward's; null when none.
+const DivergencePoint* headline_divergence(const Report& r) {
+  if (!r.first_divergence) return nullptr;
+  if (r.first_divergence->forward) return &*r.first_divergence->forward;
+  if (r.first_divergence->backward) return &*r.first_divergence->backward;
+  return nullptr;
+}
+
+}  // namespace
+
 std::string render_summary(const Report& r) {
   const std::size_t n = r.tensors.size(), f = r.count(VerdictKind::kFail),
                     e = r.count(VerdictKind::kError);
@@ -144,6 +156,16 @@ std::string render_summary(const Report& r) {
   s += ": " + std::to_string(n - f - e) + " of " + std::to_string(n) + " tensors pass";
   if (f) s += ", " + std::to_string(f) + " fail";
   if (e) s += ", " + std::to_string(e) + " could not be judged";
+  // Where it went wrong first, ahead of the worst tensor (which often only inherited it).
+  if (const DivergencePoint* p = headline_divergence(r)) {
+    s += std::string(p->inputs_aligned.value_or(false) ? "; culprit: module "
+                                                       : "; first divergence: module ") +
+         (p->module.empty() ? "(model)" : printable(p->module)) + " (" +
+         (r.first_divergence->forward ? "forward" : "backward") + ", " + printable(p->tensor) + ")";
+  } else if (!r.ranking.empty() && !r.ranking.front().aligned) {
+    const ModuleRank& m = r.ranking.front();
+    s += "; worst module in isolation: " + (m.module.empty() ? "(model)" : printable(m.module));
+  }
   if (const TensorResult* w = r.worst()) {
     s += "; worst: " + printable(w->name);
     if (w->ratio && w->limit)
@@ -232,9 +254,17 @@ std::string render_text(const Report& report, bool verbose) {
                              static_cast<double>(r.metrics->numel));
       }
     }
-    out += fit(word, 8) + " " + fit(printable(r.name), kName) + " " + fit(r.rule, 9) +
-           pad_left(opt_number(r.ratio), 10) + pad_left(opt_number(r.limit), 8) +
-           pad_left(max_ulp, 9) + pad_left(diff, 8) + "\n";
+    // A long module path loses whole components, never a layer index; verbose, or when that
+    // is not enough, the name is whole on the row and the numbers go on the next line.
+    const std::string shown = printable(r.name);
+    const std::string name = verbose ? shown : shorten_path(shown, kName);
+    out += fit(word, 8) + " ";
+    if (display_width(name) > kName)
+      out += name + "\n" + std::string(9 + kName, ' ');
+    else
+      out += fit(name, kName);
+    out += " " + fit(r.rule, 9) + pad_left(opt_number(r.ratio), 10) +
+           pad_left(opt_number(r.limit), 8) + pad_left(max_ulp, 9) + pad_left(diff, 8) + "\n";
     if (r.verdict != VerdictKind::kPass || verbose) {
       append_detail(out, printable(r.reason));
       if (r.metrics && r.metrics->has_truth && r.verdict != VerdictKind::kPass) {
@@ -461,7 +491,13 @@ std::string render_json(const Report& report) {
 
 namespace {
 
-void append_junit_suite(std::string& out, const std::string& name, const Report& report) {
+// `classname`: every test case's, or "" for "numalign.<rule>" (the CLI's one report).
+void append_junit_suite(std::string& out, const std::string& name, const Report& report,
+                        const std::string& classname) {
+  const auto class_of = [&](const std::string& rule) {
+    return detail::markup_escape(classname.empty() ? "numalign." + rule : classname,
+                                 detail::Markup::kXml);
+  };
   using detail::Markup;
   const std::size_t f = report.count(VerdictKind::kFail), e = report.count(VerdictKind::kError);
   const std::size_t whole = report.could_not_judge.empty() ? 0 : 1;
@@ -476,12 +512,13 @@ void append_junit_suite(std::string& out, const std::string& name, const Report&
   }
   if (whole) {  // the run itself, so that a CI dashboard shows an error and not a green 0/0
     const std::string why = detail::joined(report.could_not_judge, "; ");
-    out += "<testcase classname=\"numalign\" name=\"(the run)\"><error message=\"" +
+    out += "<testcase classname=\"" + (classname.empty() ? "numalign" : class_of("")) +
+           "\" name=\"(the run)\"><error message=\"" +
            detail::markup_escape("could not judge: " + why, Markup::kXml) + "\"/></testcase>\n";
   }
   for (const auto& r : report.tensors) {
-    out += "<testcase classname=\"numalign." + detail::markup_escape(r.rule, Markup::kXml) +
-           "\" name=\"" + detail::markup_escape(r.name, Markup::kXml) + "\">";
+    out += "<testcase classname=\"" + class_of(r.rule) + "\" name=\"" +
+           detail::markup_escape(r.name, Markup::kXml) + "\">";
     const std::string detail =
         r.reason + (r.ratio && r.limit ? " (ratio " + format_number(*r.ratio) + ", limit " +
                                              format_number(*r.limit) + ")"
@@ -500,12 +537,14 @@ void append_junit_suite(std::string& out, const std::string& name, const Report&
 
 std::string render_junit_suites(const std::vector<JunitSuite>& suites) {
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>";
-  for (const auto& s : suites) append_junit_suite(out, s.name, *s.report);
+  for (const auto& s : suites) append_junit_suite(out, s.name, *s.report, s.name);
   return out + "</testsuites>\n";
 }
 
 std::string render_junit(const Report& report) {
-  return render_junit_suites({{"numalign", &report}});
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>";
+  append_junit_suite(out, "numalign", report, "");
+  return out + "</testsuites>\n";
 }
 
 }  // namespace numalign

@@ -2,6 +2,7 @@
 // cutting text to columns between characters.
 #include "numalign/text.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -213,6 +214,61 @@ std::string fit_columns(std::string_view s, std::size_t width) {
   out.append(width - 3 - head_w - tail_w, ' ');
   if (tail_begin < ps.size()) out.append(s.substr(ps[tail_begin].begin));
   return out;
+}
+
+std::string shorten_path(std::string_view s, std::size_t width) {
+  if (display_width(s) <= width) return std::string(s);
+  std::vector<std::string_view> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = s.find('.', start);
+    parts.push_back(s.substr(start, dot == std::string_view::npos ? s.npos : dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  const std::size_t n = parts.size();
+  // Each cut renders the path again: beyond a few hundred components (no module is that
+  // deep), the path as it is.
+  if (n > 256) return std::string(s);
+  auto has_digit = [](std::string_view p) {
+    return std::any_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  // Which components go first: the prefix before the first number (a layer index) goes
+  // before what follows it, which names the submodule: "param", "model", then "layers" (the
+  // word before the number), then the first component; after the number, a word before
+  // another number ("in" of "in.1"), then the submodules' names, left to right. The last two
+  // stay.
+  std::size_t first_digit = n;
+  for (std::size_t i = 0; i < n && first_digit == n; ++i) {
+    if (has_digit(parts[i])) first_digit = i;
+  }
+  std::vector<std::pair<int, std::size_t>> order;
+  for (std::size_t i = 0; i + 2 < n; ++i) {
+    if (has_digit(parts[i])) continue;
+    const bool before_digit = has_digit(parts[i + 1]);
+    const int tier = i > first_digit ? (before_digit ? 3 : 4) : i == 0 ? 2 : before_digit ? 1 : 0;
+    order.push_back({tier, i});
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<bool> dropped(n, false);
+  auto render = [&] {
+    std::string out;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (dropped[i]) {
+        if (i == 0 || !dropped[i - 1]) out += "..";
+        continue;
+      }
+      if (i > 0 && !dropped[i - 1]) out += '.';
+      out += parts[i];
+    }
+    return out;
+  };
+  for (const auto& [tier, i] : order) {
+    dropped[i] = true;
+    std::string out = render();
+    if (display_width(out) <= width) return out;
+  }
+  return std::string(s);
 }
 
 std::string cut_columns(std::string_view s, std::size_t width) {

@@ -104,7 +104,9 @@ std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
 std::string render_junit(const Report& report);
 // Several reports as one JUnit document, one <testsuite> each, named (e.g. by the test that
-// judged it: the pytest plugin's session report). render_junit is one suite named "numalign".
+// judged it: the pytest plugin's session report, by pytest node id), and each test case (a
+// tensor) with that name as its classname. render_junit is one suite named "numalign", its
+// test cases classed "numalign.<rule>".
 struct JunitSuite {
   std::string name;
   const Report* report;
@@ -114,7 +116,10 @@ std::string render_junit_suites(const std::vector<JunitSuite>& suites);
 // JavaScript): the verdict, the first divergence, warnings, an SVG chart of ratio per
 // tensor in execution order with each limit, the ULP histogram, the error against
 // magnitude (when the pass binned it: JudgeOptions::magnitude_profile) and the table,
-// which a small inline script makes sortable. Every name is escaped.
+// which a small inline script makes sortable. At model scale: the ratio chart has ticks
+// where a layer starts and bands over forward and backward (tags "kind"), draws one bar per
+// pixel column past one point per 2 pixels, a module tree (<details>, tags "module") lists
+// every tensor, and the table stops at 2,000 rows. Every name is escaped.
 std::string render_html(const Report& report);
 
 }  // namespace numalign

@@ -24,6 +24,12 @@ std::size_t display_width(std::string_view s);
 std::string fit_columns(std::string_view s, std::size_t width);
 // Padded with spaces to at least `width` columns; never cut.
 std::string pad_columns(std::string_view s, std::size_t width);
+// A dotted path (a module's tensor: "model.layers.11.self_attn.q_proj.out") in at most
+// `width` columns, by replacing runs of whole components with ".." ("grad..11.mlp.up_proj.weight",
+// the prefix before the layer index first): never a component that holds a digit (a layer
+// index, a call "#1") nor the last two; the
+// path as it is when it fits, or when no such cut makes it fit (the caller wraps it then).
+std::string shorten_path(std::string_view s, std::size_t width);
 // At most `width` columns of its head, cut between characters, then "..." when it was cut.
 std::string cut_columns(std::string_view s, std::size_t width);
 

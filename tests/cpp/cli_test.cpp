@@ -190,6 +190,49 @@ TEST_F(CliTest, OnlySelectsTensorsAndShardFoldersAreOneTrace) {
   EXPECT_NE(sharded.out.find("ALIGNED: 2 of 2 tensors pass"), std::string::npos) << sharded.out;
 }
 
+TEST_F(CliTest, DumpAroundAnIndexAsTheReportPrintsIt) {
+  // fp32.out is [32, 32]: (3, 17) is element 113; five around it, it marked.
+  CliRun r = cli("dump " + mm("ref") + " fp32.out --at 3,17 -n 5");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(r.out.substr(at, nl - at));
+  ASSERT_EQ(lines.size(), 5u) << r.out;
+  EXPECT_TRUE(lines[0].starts_with("111 [3,15] 0x")) << r.out;
+  EXPECT_TRUE(lines[2].starts_with("113 [3,17] 0x")) << r.out;
+  EXPECT_TRUE(lines[2].ends_with(" <")) << r.out;
+  EXPECT_FALSE(lines[3].ends_with(" <")) << r.out;
+  // The same element as a plain dump prints, bits and value.
+  const CliRun plain = cli("dump " + mm("ref") + " fp32.out -n 114");
+  const std::size_t line113 = plain.out.find("\n113 ") + 1;
+  const std::string expected =
+      plain.out.substr(line113 + 4, plain.out.find('\n', line113) - line113 - 4);
+  EXPECT_EQ(lines[2], "113 [3,17] " + expected + " <");
+  // As the report writes it; and at the end the window stays inside the tensor.
+  r = cli("dump " + mm("ref") + " fp32.out --at '(31, 31)' -n 3");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(r.out.starts_with("1021 [31,29] ")) << r.out;
+  EXPECT_NE(r.out.find("\n1023 [31,31] "), std::string::npos) << r.out;
+  // Clear errors, exit 2.
+  const std::pair<const char*, const char*> bad[] = {
+      {"3,32", "--at 3,32: index 32 is out of range for dimension 1 of size 32 (shape [32, 32])"},
+      {"3", "--at 3: 1 index for a tensor of shape [32, 32] (2 dimensions)"},
+      {"1,2,3", "--at 1,2,3: 3 indexes for a tensor of shape [32, 32] (2 dimensions)"},
+      {"3,-1", "--at 3,-1: expected integers separated by commas, as 3,17"},
+      {"3,", "--at 3,: expected integers separated by commas, as 3,17"},
+      {"99999999999999999999,0", "index 99999999999999999999 is out of range"},
+  };
+  for (const auto& [at, message] : bad) {
+    r = cli("dump " + mm("ref") + " fp32.out --at '" + at + "'");
+    EXPECT_EQ(r.code, 2) << at << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << at << ": " << r.out;
+  }
+  r = cli("dump " + mm("ref") + " fp32.out --at \"$(printf '3,\\033[2J')\"");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << "escaped in the message";
+  EXPECT_NE(r.out.find("--at 3,\\x1b[2J: expected integers"), std::string::npos) << r.out;
+}
+
 TEST_F(CliTest, HelpAndVersion) {
   const CliRun help = cli("--help");
   EXPECT_EQ(help.code, 0);

@@ -148,6 +148,68 @@ TEST(ReportTest, TextShowsFiftyPassesUnlessVerbose) {
   EXPECT_EQ(all.find("more passing tensors"), std::string::npos);
 }
 
+TEST(ReportTest, SummaryNamesTheFirstDivergenceBeforeTheWorstTensor) {
+  Report r;
+  r.tensors = {result("layers.1.mlp.out", VerdictKind::kFail, 4.5, 3.0, 0),
+               result("layers.1.mlp.act_fn.grad", VerdictKind::kFail, 40.0, 3.0, 1)};
+  r.sort();
+  FirstDivergence d;
+  d.forward = DivergencePoint{"layers.1.mlp.out", "layers.1.mlp", true, {}};
+  r.first_divergence = d;
+  EXPECT_EQ(render_summary(r),
+            "NOT ALIGNED: 0 of 2 tensors pass, 2 fail; culprit: module layers.1.mlp (forward, "
+            "layers.1.mlp.out); worst: layers.1.mlp.act_fn.grad (ratio 40, limit 3)");
+  // Inherited (or inputs not recorded): named as where it first shows, not as the culprit.
+  r.first_divergence->forward->inputs_aligned = false;
+  EXPECT_NE(render_summary(r).find("; first divergence: module layers.1.mlp (forward, "
+                                   "layers.1.mlp.out); worst: layers.1.mlp.act_fn.grad"),
+            std::string::npos)
+      << render_summary(r);
+  // Backward only, from the model itself.
+  r.first_divergence =
+      FirstDivergence{std::nullopt, DivergencePoint{"grad.param.w\n", "", true, {}}};
+  EXPECT_NE(render_summary(r).find("; culprit: module (model) (backward, grad.param.w\\x0a);"),
+            std::string::npos)
+      << render_summary(r);
+  // Isolation: the worst module when nothing else says where.
+  r.first_divergence.reset();
+  r.ranking = {ModuleRank{"layers.1.mlp", "layers.1.mlp.out", 4.5, 3.0, false}};
+  EXPECT_NE(render_summary(r).find("; worst module in isolation: layers.1.mlp; worst: "),
+            std::string::npos)
+      << render_summary(r);
+  r.ranking.front().aligned = true;
+  EXPECT_EQ(render_summary(r).find("isolation"), std::string::npos);
+}
+
+TEST(ReportTest, TextTableNeverCutsTheLayerIndexOutOfAName) {
+  Report r;
+  for (int layer : {7, 11}) {
+    r.tensors.push_back(
+        result("grad.param.model.layers." + std::to_string(layer) + ".self_attn.q_proj.weight",
+               VerdictKind::kFail, 4.5 + layer, 3.0, layer));
+  }
+  const std::string hostile = "x" + std::string(60, 'y') + ".out";  // nothing to drop: wrapped
+  r.tensors.push_back(result(hostile, VerdictKind::kFail, 4.0, 3.0, 20));
+  r.sort();
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("\nFAIL     grad..11.self_attn.q_proj.weight" + std::string(7, ' ') + "rmse"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nFAIL     grad..layers.7.self_attn.q_proj.weight rmse"), std::string::npos)
+      << text;
+  // Too long for its column even shortened: whole on its row, the numbers on the next line.
+  EXPECT_NE(text.find("\nFAIL     " + hostile + "\n" + std::string(48, ' ') + "rmse"),
+            std::string::npos)
+      << text;
+  // Verbose: every name whole.
+  const std::string all = render_text(r, /*verbose=*/true);
+  EXPECT_NE(all.find("\nFAIL     grad.param.model.layers.11.self_attn.q_proj.weight\n" +
+                     std::string(48, ' ') + "rmse"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(all.find(".."), std::string::npos) << all;
+}
+
 TEST(ReportTest, TextEscapesControlCharactersInNamesAndReasons) {
   Report r;
   TensorResult bad = result("evil\nPASS     forged\x01", VerdictKind::kFail, 4.5, 3.0, 0);
@@ -177,9 +239,22 @@ TEST(ReportTest, JunitSuitesOnePerReportNamedAndEscaped) {
             std::string::npos)
       << xml;
   EXPECT_NE(xml.find("<testsuite name=\"t.py::b\" tests=\"2\" failures=\"1\""), std::string::npos);
-  EXPECT_NE(xml.find("name=\"y&lt;&#x202e;\""), std::string::npos) << xml;
+  // Each test case named by the test that judged it (classname) and its tensor (name).
+  EXPECT_NE(xml.find("<testcase classname=\"t.py::a&amp;&#10;\" name=\"x\">"), std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"t.py::b\" name=\"y&lt;&#x202e;\"><failure"),
+            std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"t.py::b\" name=\"z\">"), std::string::npos) << xml;
+  EXPECT_EQ(xml.find("numalign.rmse"), std::string::npos) << xml;
   EXPECT_EQ(xml.find("<testsuites>"), xml.rfind("<testsuites>")) << "one document";
-  EXPECT_EQ(render_junit(a), render_junit_suites({{"numalign", &a}}));
+  // The run that could not be judged, too.
+  b.could_not_judge = {"nothing was judged"};
+  EXPECT_NE(render_junit_suites({{"t.py::b", &b}})
+                .find("<testcase classname=\"t.py::b\" name=\"(the run)\"><error"),
+            std::string::npos);
+  EXPECT_NE(render_junit(b).find("<testcase classname=\"numalign\" name=\"(the run)\"><error"),
+            std::string::npos);
 }
 
 TEST(ReportTest, JsonFieldsParseBack) {

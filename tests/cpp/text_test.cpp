@@ -92,6 +92,38 @@ TEST(TextTest, WidthsAndCutsAtCharacterBoundaries) {
   EXPECT_EQ(cut_columns("abc", 3), "abc");
 }
 
+TEST(TextTest, ShortenPathDropsWholeComponentsButNeverALayerIndex) {
+  const std::string hf = "grad.param.model.layers.11.self_attn.q_proj.weight";  // 50 columns
+  EXPECT_EQ(shorten_path(hf, 50), hf) << "fits: as it is";
+  // The prefix before the layer index goes first ("param", "model", then "layers" and the
+  // first), then the submodules after it; never the index, never the last two.
+  EXPECT_EQ(shorten_path(hf, 46), "grad..model.layers.11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 40), "grad..layers.11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 38), "grad..11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 32), "grad..11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 31), "..11.self_attn.q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 27), "..11..q_proj.weight");
+  EXPECT_EQ(shorten_path(hf, 19), "..11..q_proj.weight");
+  // After the index, a word before another number ("in" of "in.1") before a submodule.
+  EXPECT_EQ(shorten_path("model.layers.0.self_attn.in.1.position_embeddings.0", 38),
+            "..0.self_attn..1.position_embeddings.0");
+  // What cannot be dropped does not fit: the path comes back whole, for the caller to wrap.
+  EXPECT_EQ(shorten_path(hf, 18), hf);
+  const std::string call = "model.encoder.layer.3.attention.output#2.dense.out";
+  const std::string cut = shorten_path(call, 30);
+  EXPECT_LE(display_width(cut), 30u) << cut;
+  EXPECT_NE(cut.find(".3."), std::string::npos) << cut;
+  EXPECT_NE(cut.find("output#2"), std::string::npos) << cut;
+  EXPECT_TRUE(cut.ends_with("dense.out")) << cut;
+  // A hostile path of 100,000 components comes back whole, at once (not a cut at a time).
+  std::string deep = "a";
+  for (int i = 0; i < 100'000; ++i) deep += ".b";
+  EXPECT_EQ(shorten_path(deep, 38), deep);
+  // No dot, or two components: nothing to drop.
+  EXPECT_EQ(shorten_path(std::string(50, 'x'), 10), std::string(50, 'x'));
+  EXPECT_EQ(shorten_path("层层层层层层.权重", 8), "层层层层层层.权重");
+}
+
 TEST(TextTest, XmlKeepsWhatXmlCanHoldAndReplacesTheRestVisibly) {
   using detail::Markup;
   using detail::markup_escape;

@@ -189,6 +189,9 @@ def test_pytest_plugin_joins_suites_in_the_core(tmp_path):
     assert [s.getAttribute("failures") for s in suites] == ["0", "1"]
     names = [c.getAttribute("name") for c in doc.getElementsByTagName("testcase")]
     assert names == ["x\\ufffe<&", "y\n"]
+    # Each test case carries its pytest node id (as classname), a CI dashboard's test name.
+    classes = [c.getAttribute("classname") for c in doc.getElementsByTagName("testcase")]
+    assert classes == ["test_two.py::test_a", "test_two.py::test_b"]
     from numalign import pytest_plugin
     source = open(pytest_plugin.__file__).read()
     assert "tempfile" not in source and "<testsuites>" not in source
