@@ -510,6 +510,8 @@ std::string ratio_text(const TensorResult& t) {
   return t.ratio && t.limit ? format_number(*t.ratio) + " / " + format_number(*t.limit) : "-";
 }
 
+constexpr std::size_t kOwnShown = 12;
+
 void render_node(const std::vector<ModuleNode>& nodes, std::size_t at, const std::string& path,
                  const std::set<std::string, std::less<>>& open, std::string& s,
                  const std::string& parent = "") {
@@ -531,6 +533,17 @@ void render_node(const std::vector<ModuleNode>& nodes, std::size_t at, const std
   if (n.failing) s += ", " + std::to_string(n.failing) + " not passing";
   if (n.worst) s += "; worst " + ratio_text(*n.worst) + " (" + escape(n.worst->name) + ")";
   s += "</span></summary>\n";
+  // A module's own tensors past a screenful (the model's cache: two per layer) fold, so that
+  // its children stay in view; open when one of them does not pass.
+  const bool fold_own = n.tensors.size() > kOwnShown;
+  if (fold_own) {
+    std::size_t bad = 0;
+    for (const TensorResult* t : n.tensors) bad += t->verdict != VerdictKind::kPass;
+    s += std::string("<details") + (bad ? " open" : "") + "><summary><span class=\"m\">" +
+         std::to_string(n.tensors.size()) + " tensors of its own" +
+         (bad ? ", " + std::to_string(bad) + " not passing" : std::string()) +
+         "</span></summary>\n";
+  }
   if (!n.tensors.empty()) {
     s += "<table class=\"leaf\">";
     for (const TensorResult* t : n.tensors) {
@@ -545,6 +558,7 @@ void render_node(const std::vector<ModuleNode>& nodes, std::size_t at, const std
     }
     s += "</table>\n";
   }
+  if (fold_own) s += "</details>\n";
   for (std::size_t c : n.children)
     render_node(nodes, c, full + (full.empty() ? "" : ".") + nodes[c].name, open, s,
                 nodes[at].name);

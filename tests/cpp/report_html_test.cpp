@@ -258,6 +258,41 @@ TEST(HtmlReportScaleTest, AVeryDeepModulePathIsAShallowTree) {
   EXPECT_NE(html.find("n.m.n.m"), std::string::npos) << "the rest of the path, as one node";
 }
 
+TEST(HtmlReportScaleTest, AModulesManyOwnTensorsFoldSoItsChildrenStayInView) {
+  // The model's own results: logits and a cache of two tensors per layer.
+  auto report_of = [](bool one_fails) {
+    Report r;
+    for (int i = 0; i < 20; ++i) {
+      TensorResult t;
+      t.name = "out.cache.layers." + std::to_string(i) + ".keys";
+      t.ratio = one_fails && i == 7 ? 9.0 : 1.0;
+      t.limit = 3.0;
+      t.verdict = one_fails && i == 7 ? VerdictKind::kFail : VerdictKind::kPass;
+      t.order = static_cast<std::size_t>(i);
+      t.tags = {{"module", ""}, {"kind", "output"}};
+      r.tensors.push_back(t);
+    }
+    TensorResult child;
+    child.name = "layers.0.out";
+    child.ratio = 1.0;
+    child.limit = 3.0;
+    child.order = 20;
+    child.tags = {{"module", "layers.0"}, {"kind", "output"}};
+    r.tensors.push_back(child);
+    return render_html(r);
+  };
+  const std::string quiet = report_of(false);
+  EXPECT_NE(quiet.find("<details><summary><span class=\"m\">20 tensors of its own</span>"),
+            std::string::npos);
+  const std::string failing = report_of(true);
+  EXPECT_NE(failing.find("<details open><summary><span class=\"m\">20 tensors of its own, 1 not "
+                         "passing</span>"),
+            std::string::npos)
+      << "open where one fails";
+  // A few own tensors are shown as they are.
+  EXPECT_EQ(render_html(model_report(3, 1)).find("tensors of its own"), std::string::npos);
+}
+
 TEST(HtmlReportScaleTest, DecadeLabelsNeverOverlap) {
   // Ratios from 1e-30 to 1e3: 33 decades in 200 px, labelled at most every 14 px.
   Report r;
