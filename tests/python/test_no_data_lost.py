@@ -3,8 +3,11 @@ previous file intact under its name, and inputs are never touched."""
 import os
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -29,3 +32,31 @@ def test_killed_write_leaves_the_previous_output_intact(tmp_path):
     else:  # finished before it could be interrupted: then it must be complete
         assert out.stat().st_size == big.stat().st_size
     assert big.stat().st_mtime_ns == stat_in.st_mtime_ns and big.stat().st_size == stat_in.st_size
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_trace_model_save_to_leaves_no_file(tmp_path, sig):
+    """The streaming writer's side file and output go with the run: Ctrl-C (KeyboardInterrupt
+    aborts the writer) and SIGTERM (the core's handler removes its temporaries) leave the
+    folder as it was, and the process still dies by the signal, as its parent expects."""
+    target = tmp_path / "trace.safetensors"
+    code = textwrap.dedent(f"""
+        import os, signal, torch
+        from numalign.capture import trace_model
+
+        class SignalledMidRun(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(256, 256), torch.nn.Linear(256, 256)
+
+            def forward(self, x):
+                y = self.a(x)  # recorded, so the side file exists
+                os.kill(os.getpid(), signal.{sig})
+                return self.b(y)
+
+        trace_model(SignalledMidRun(), (torch.randn(64, 256),), torch.float32,
+                    save_to={str(target)!r})
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -getattr(signal, sig), r.stderr
+    assert list(tmp_path.iterdir()) == []
