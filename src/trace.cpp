@@ -605,24 +605,20 @@ std::string TraceMetadata::to_json() const {
     for (const auto& [k, v] : fingerprints) w.key(k).string(v);
     w.end_object();
   }
-  if (!inputs.empty()) {
-    w.key("inputs").begin_object();
-    for (const auto& [name, from] : inputs) {
+  // An object of string arrays (inputs, below_float64), left out when empty.
+  auto string_lists = [&w](const char* key,
+                           const std::map<std::string, std::vector<std::string>>& lists) {
+    if (lists.empty()) return;
+    w.key(key).begin_object();
+    for (const auto& [name, items] : lists) {
       w.key(name).begin_array();
-      for (const auto& n : from) w.string(n);
+      for (const auto& item : items) w.string(item);
       w.end_array();
     }
     w.end_object();
-  }
-  if (!below_float64.empty()) {
-    w.key("below_float64").begin_object();
-    for (const auto& [module, ops] : below_float64) {
-      w.key(module).begin_array();
-      for (const auto& op : ops) w.string(op);
-      w.end_array();
-    }
-    w.end_object();
-  }
+  };
+  string_lists("inputs", inputs);
+  string_lists("below_float64", below_float64);
   if (!not_recorded.empty()) {
     w.key("not_recorded").begin_object();
     for (const auto& [k, v] : not_recorded) w.key(k).string(v);
@@ -665,6 +661,19 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
       out[std::string(f.key)] = need_string(f.value, what + "." + std::string(f.key));
     return out;
   };
+  // An object of string arrays: "inputs must be an object of name arrays", ...
+  auto string_lists = [&](simdjson::dom::element e, const std::string& what, const char* item,
+                          std::map<std::string, std::vector<std::string>>& out) {
+    simdjson::dom::object obj;
+    if (e.get(obj)) fail(where, ctx + ": " + what + " must be an object of " + item + " arrays");
+    for (auto g : obj) {
+      simdjson::dom::array arr;
+      const std::string at = what + "." + std::string(g.key);
+      if (g.value.get(arr)) fail(where, ctx + ": " + at + " must be an array of " + item + "s");
+      auto& list = out[std::string(g.key)];
+      for (auto v : arr) list.push_back(need_string(v, at + "[]"));
+    }
+  };
   for (auto f : root) {
     const std::string k(f.key);
     if (k == "role")
@@ -699,25 +708,9 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
       for (auto g : obj)
         m.tags[std::string(g.key)] = string_map(g.value, "tags." + std::string(g.key));
     } else if (k == "inputs") {
-      simdjson::dom::object obj;
-      if (f.value.get(obj)) fail(where, ctx + ": inputs must be an object of name arrays");
-      for (auto g : obj) {
-        simdjson::dom::array arr;
-        const std::string what = "inputs." + std::string(g.key);
-        if (g.value.get(arr)) fail(where, ctx + ": " + what + " must be an array of names");
-        auto& from = m.inputs[std::string(g.key)];
-        for (auto v : arr) from.push_back(need_string(v, what + "[]"));
-      }
+      string_lists(f.value, k, "name", m.inputs);
     } else if (k == "below_float64") {
-      simdjson::dom::object obj;
-      if (f.value.get(obj)) fail(where, ctx + ": below_float64 must be an object of op arrays");
-      for (auto g : obj) {
-        simdjson::dom::array arr;
-        const std::string what = "below_float64." + std::string(g.key);
-        if (g.value.get(arr)) fail(where, ctx + ": " + what + " must be an array of ops");
-        auto& ops = m.below_float64[std::string(g.key)];
-        for (auto v : arr) ops.push_back(need_string(v, what + "[]"));
-      }
+      string_lists(f.value, k, "op", m.below_float64);
     } else if (k == "not_recorded") {
       m.not_recorded = string_map(f.value, k);
     } else if (k == "random") {
