@@ -104,6 +104,9 @@ void add_judge_options(CLI::App* cmd, TraceArguments& traces, JudgeArguments& ar
   cmd->add_option("--rule", traces.rules,
                   "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X (repeatable)");
   cmd->add_option("--policy", args.policy_path, "JSON policy file of overrides with reasons");
+  cmd->add_option("--map", args.map_path,
+                  "JSON map from test's tensors to ref's, where names or layouts differ "
+                  "(fused projections, another module tree)");
   cmd->add_option("--tol", args.tol, "tolerance of same() (fast path, tol/10 slack; default 1e-4)");
   auto flag = [&](const char* name, std::optional<bool>& field, const char* help) {
     cmd->add_flag_callback(
@@ -319,9 +322,10 @@ int pack(const std::string& in, const std::string& out) {
 
 // Options resolve before any file is read: a bad option is reported first.
 int run_judge(const JudgeOptions& options, const std::string& test, const std::string& ref,
-              const std::string& truth, const std::string& policy, const OutputOptions& out) {
+              const std::string& truth, const JudgeArguments& args, const OutputOptions& out) {
   const OpenedTraces t = open_traces(test, ref, truth);
-  refuse_clobbering(out.output, {test, ref, truth, policy}, {&t.test, &t.ref, t.truth_or_null()});
+  refuse_clobbering(out.output, {test, ref, truth, args.policy_path, args.map_path},
+                    {&t.test, &t.ref, t.truth_or_null()});
   Progress progress(!out.no_progress);
   const Report report = judge(t.test, t.ref, t.truth_or_null(), options, progress.callback());
   return emit(report, out);
@@ -331,7 +335,8 @@ int run_sensitivity(const TraceArguments& traces, const JudgeArguments& args,
                     const SensitivityOptions& sopt, const OutputOptions& out) {
   const JudgeOptions options = resolve_options(args);
   const OpenedTraces t = open_traces(traces.test, traces.ref, traces.truth);
-  refuse_clobbering(out.output, {traces.test, traces.ref, traces.truth, args.policy_path},
+  refuse_clobbering(out.output,
+                    {traces.test, traces.ref, traces.truth, args.policy_path, args.map_path},
                     {&t.test, &t.ref, t.truth_or_null()});
   const Sensitivity s = sensitivity(t.test, t.ref, t.truth_or_null(), options, sopt);
   write_file_atomic(out.output,
@@ -449,8 +454,7 @@ int main(int argc, char** argv) {
     if (*judge_cmd) {
       add_rule_arguments(traces.rules, args);
       args.magnitude_profile = out.format == "html";  // the page charts it
-      return run_judge(resolve_options(args), traces.test, traces.ref, traces.truth,
-                       args.policy_path, out);
+      return run_judge(resolve_options(args), traces.test, traces.ref, traces.truth, args, out);
     }
     if (*compare_cmd) {
       const Rule rule = parse_rule(compare_rule, "--rule");
@@ -459,7 +463,7 @@ int main(int argc, char** argv) {
       }
       args.rules.push_back({"", compare_rule, ""});
       args.magnitude_profile = out.format == "html";
-      return run_judge(resolve_options(args), a, b, "", args.policy_path, out);
+      return run_judge(resolve_options(args), a, b, "", args, out);
     }
     if (*inspect_cmd) return inspect(inspect_path);
     if (*dump_cmd) return dump(dump_path, dump_tensor, dump_limit, dump_at);

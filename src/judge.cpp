@@ -10,6 +10,7 @@
 #include "format.hpp"
 #include "metrics_internal.hpp"
 #include "numalign/divergence.hpp"
+#include "numalign/map.hpp"
 #include "page_populator.hpp"
 #include "parallel.hpp"
 
@@ -35,6 +36,7 @@ bool precheck(const TensorTriple& t, TensorResult& r) {
     r.reason = std::move(why);
     return true;
   };
+  if (!t.problem.empty()) return stop(VerdictKind::kError, t.problem);
   if (!t.test) return stop(VerdictKind::kFail, "missing from test");
   if (t.test->dtype != t.ref->dtype) {
     return stop(VerdictKind::kFail, "dtype mismatch: test " + std::string(name(t.test->dtype)) +
@@ -108,6 +110,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
     TensorResult& r = results[i];
     r.name = t.name;
     r.order = i;
+    if (!t.source.empty()) r.tags.emplace("test_source", t.source);
     const TensorView* any = t.test ? t.test : t.ref;
     if (any) {
       r.dtype = any->dtype;
@@ -443,7 +446,8 @@ void adopt_tags(const TraceMetadata& ref, Report& report) {
 
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
              const ProgressFn& progress) {
-  const std::vector<TensorTriple> triples = pair_tensors(test, ref, truth, options.only);
+  const Pairing pairing = pair_runs(test, ref, truth, options);
+  const std::vector<TensorTriple>& triples = pairing.triples;
   std::vector<std::span<const std::byte>> mapped = test.mappings();
   for (const Trace* t : {&ref, truth}) {
     if (!t) continue;
@@ -452,6 +456,9 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
   }
   Report report = judge_tensors(triples, options, progress, mapped);
   report.title = title_of(test, ref, truth);
+  report.warnings.insert(report.warnings.end(), pairing.warnings.begin(), pairing.warnings.end());
+  report.could_not_judge.insert(report.could_not_judge.end(), pairing.could_not_judge.begin(),
+                                pairing.could_not_judge.end());
   if (truth) {
     std::size_t missing = 0;
     for (const auto& t : triples) missing += t.ref && !t.truth;

@@ -10,6 +10,7 @@
 
 #include "isclose.hpp"
 #include "metrics_internal.hpp"
+#include "numalign/layout.hpp"
 #include "page_populator.hpp"
 #include "parallel.hpp"
 
@@ -237,6 +238,35 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
   return p;
 }
 
+// A task over views that are not all contiguous (a piece of a fused tensor, shards): their
+// elements [begin, end) are gathered into this thread's buffers (a chunk at most, never a
+// whole tensor), contiguous ones are read where they are, and indices are put back in place.
+Partial accumulate_gathered(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
+                            std::uint64_t end) {
+  thread_local std::vector<std::byte> buffers[3];
+  const std::uint64_t n = end - begin;
+  TensorView local[3];
+  auto piece = [&](const TensorView* v, int k) -> const TensorView* {
+    if (!v) return nullptr;
+    const std::size_t es = element_size(v->dtype);
+    const std::byte* data = v->data ? v->data + begin * es : nullptr;
+    if (v->layout) {
+      buffers[k].resize(n * es);
+      copy_elements(*v, begin, end, buffers[k].data());
+      data = buffers[k].data();
+    }
+    local[k] = TensorView{v->dtype, Shape{n}, data};
+    return &local[k];
+  };
+  const MetricsInput gathered{piece(in.test, 0), piece(in.ref, 1), piece(in.truth, 2)};
+  Partial p = opt.kernel == MetricKernel::scalar ? accumulate_scalar(gathered, opt, 0, n)
+                                                 : accumulate_simd(gathered, opt, 0, n);
+  p.max_abs_ref_index += begin;
+  p.max_abs_truth_index += begin;
+  p.ulp.max_index += begin;
+  return p;
+}
+
 }  // namespace detail
 
 namespace {
@@ -336,7 +366,8 @@ void detail::compute_metrics_into(std::span<const MetricsInput> inputs, const Me
   std::atomic<double> done_bytes{0};
   auto run = [&](const Task& task) {
     const MetricsInput& in = inputs[task.tensor];
-    if (pages) {
+    const bool laid_out = in.test->layout || in.ref->layout || (in.truth && in.truth->layout);
+    if (pages && !laid_out) {
       const std::size_t es = element_size(in.test->dtype), n = task.end - task.begin;
       pages->before_reading(in.test->data + task.begin * es, n * es);
       pages->before_reading(in.ref->data + task.begin * es, n * es);
@@ -345,7 +376,8 @@ void detail::compute_metrics_into(std::span<const MetricsInput> inputs, const Me
         pages->before_reading(in.truth->data + task.begin * us, n * us);
       }
     }
-    Partial p = options.kernel == MetricKernel::scalar
+    Partial p = laid_out ? detail::accumulate_gathered(in, options, task.begin, task.end)
+                : options.kernel == MetricKernel::scalar
                     ? detail::accumulate_scalar(in, options, task.begin, task.end)
                     : detail::accumulate_simd(in, options, task.begin, task.end);
     if (task.partial == kWhole) {

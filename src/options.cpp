@@ -3,8 +3,10 @@
 #include "numalign/options.hpp"
 
 #include <cmath>
+#include <memory>
 
 #include "numalign/error.hpp"
+#include "numalign/map.hpp"
 
 namespace numalign {
 
@@ -54,6 +56,12 @@ JudgeOptions resolve_options(const JudgeArguments& args) {
     if (is_blank(*args.shared_randomness))
       fail("shared randomness", "needs a written reason (why do the runs share their draws?)");
     o.shared_randomness = *args.shared_randomness;
+  }
+  if (args.map_json) {
+    o.map = std::make_shared<TensorMap>(
+        TensorMap::parse(*args.map_json, args.map_path.empty() ? "map" : args.map_path));
+  } else if (!args.map_path.empty()) {
+    o.map = std::make_shared<TensorMap>(TensorMap::load(args.map_path));
   }
   o.only = args.only;
   o.sections = args.sections;

@@ -267,6 +267,9 @@ std::string render_text(const Report& report, bool verbose) {
            pad_left(opt_number(r.limit), 8) + pad_left(max_ulp, 9) + pad_left(diff, 8) + "\n";
     if (r.verdict != VerdictKind::kPass || verbose) {
       append_detail(out, printable(r.reason));
+      // A tensor paired through a map: where in test it was read.
+      if (const auto src = r.tags.find("test_source"); src != r.tags.end())
+        append_detail(out, "test: " + printable(src->second));
       if (r.metrics && r.metrics->has_truth && r.verdict != VerdictKind::kPass) {
         const Metrics& m = *r.metrics;
         append_detail(out, "error " + format_number(m.error) + ", baseline " +

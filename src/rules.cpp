@@ -13,6 +13,7 @@
 #include "exact_rmse.hpp"
 #include "format.hpp"
 #include "numalign/error.hpp"
+#include "numalign/layout.hpp"
 
 namespace numalign {
 
@@ -263,7 +264,8 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
     return v;
   }
   if (m.truth_nonfinite.nan == 0 && m.test_nonfinite.nan == 0 && m.ref_nonfinite.nan > 0 &&
-      loosely_close_to_truth(test, *truth, o.equal_nan)) {
+      loosely_close_to_truth(ContiguousView(test).get(), ContiguousView(*truth).get(),
+                             o.equal_nan)) {
     v.reason = "ref has NaN; test is allclose to truth at 4e-2 (same()'s NaN escape)";
     return v;
   }
@@ -278,8 +280,10 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
   // On the line, float64 rounding (same()'s or ours) could decide: exact arithmetic does.
   const bool exact = all_finite(m) && !detail::rmse_verdict_certain(m.error, bound, multiplier);
   if (exact)
-    pass =
-        detail::rmse_inequality_holds(detail::exact_squares(test, ref, *truth), multiplier, o.tol);
+    pass = detail::rmse_inequality_holds(
+        detail::exact_squares(ContiguousView(test).get(), ContiguousView(ref).get(),
+                              ContiguousView(*truth).get()),
+        multiplier, o.tol);
   if (!pass && o.equal_nan && std::isnan(m.error) && std::isnan(m.baseline)) pass = true;
   if (m.baseline == 0 && m.error >= 0) {
     v.warnings.push_back("baseline RMSE is 0 (ref equals truth): the allowance is only tol/10 = " +

@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <random>
 #include <set>
 
 #include "format.hpp"
 #include "json.hpp"
+#include "numalign/layout.hpp"
+#include "numalign/map.hpp"
 #include "numalign/text.hpp"
 
 namespace numalign {
@@ -161,7 +164,8 @@ std::vector<PlantedBug> all_planted_bugs() {
 
 Sensitivity sensitivity(const Trace& test, const Trace& ref, const Trace* truth,
                         const JudgeOptions& options, const SensitivityOptions& sopt) {
-  return sensitivity(pair_tensors(test, ref, truth, options.only), options, sopt);
+  const Pairing pairing = pair_runs(test, ref, truth, options);
+  return sensitivity(pairing.triples, options, sopt);
 }
 
 Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
@@ -204,7 +208,12 @@ Sensitivity sensitivity(const std::vector<TensorTriple>& tensors, const JudgeOpt
           t.truth && t.truth->shape == t.test->shape && is_judgeable(t.truth->dtype) ? t.truth
                                                                                      : nullptr;
       if (bug == PlantedBug::kTruncation && !truth) continue;
-      copies.push_back(plant(bug, *t.test, truth, t.name, sopt));
+      // A mapped piece is gathered here: the planted copy is a whole tensor anyway.
+      const ContiguousView test_data(*t.test);
+      const std::optional<ContiguousView> truth_data =
+          truth ? std::optional<ContiguousView>(std::in_place, *truth) : std::nullopt;
+      copies.push_back(
+          plant(bug, test_data.get(), truth_data ? &truth_data->get() : nullptr, t.name, sopt));
       views.push_back(TensorView{t.test->dtype, t.test->shape, copies.back().data()});
       t.test = &views.back();
       planted_names.insert(t.name);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "numalign/report.hpp"
@@ -15,10 +16,16 @@ namespace numalign {
 
 // One tensor to judge; test or ref may be null (missing on that side), truth may be null.
 struct TensorTriple {
+  TensorTriple() = default;
+  TensorTriple(std::string name, const TensorView* test, const TensorView* ref,
+               const TensorView* truth = nullptr)
+      : name(std::move(name)), test(test), ref(ref), truth(truth) {}
   std::string name;
   const TensorView* test = nullptr;
   const TensorView* ref = nullptr;
   const TensorView* truth = nullptr;
+  std::string source;   // where test's side came from, when not a namesake (a map's piece)
+  std::string problem;  // why it cannot be judged, found while pairing ("" when none)
 };
 
 using ProgressFn = std::function<void(double done_bytes, double total_bytes)>;

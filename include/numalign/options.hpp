@@ -39,6 +39,10 @@ struct JudgeArguments {
   // `policy_path` in messages when given, else "policy").
   std::string policy_path;
   std::optional<std::string> policy_json;
+  // A map between the runs' names and layouts (map.hpp): a file (`map_path`), or its JSON
+  // text (`map_json`, named `map_path` in messages when given, else "map").
+  std::string map_path;
+  std::optional<std::string> map_json;
   std::vector<std::string> only;                 // globs of the ref tensors to judge (empty: all)
   std::optional<std::string> shared_randomness;  // a written reason; blank is refused
   ReportSections sections;

@@ -2,6 +2,7 @@
 // PyTorch's `torch._dynamo.utils.same()`, per-tensor overrides and the policy file.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,8 @@
 #include "numalign/tensor.hpp"
 
 namespace numalign {
+
+struct TensorMap;  // map.hpp
 
 enum class RuleKind { kRmse, kUlp, kExact, kAbs };
 
@@ -62,6 +65,8 @@ struct JudgeOptions {
   // same seed before the same sequence of random ops): without it such runs cannot be judged.
   std::string shared_randomness;
   ReportSections sections;
+  // How test's tensors pair with ref's when their names or layouts differ (map.hpp).
+  std::shared_ptr<const TensorMap> map;
 };
 
 // Reads a policy file (JSON) into options: {"default": SPEC, "tol": X, "check_bias": B,

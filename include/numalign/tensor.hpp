@@ -12,10 +12,26 @@ namespace numalign {
 
 using Shape = std::vector<std::uint64_t>;
 
+// Where the elements of a view that is not one contiguous run of bytes lie: parts side by
+// side along `dim` (the pieces of a fused tensor, the shards of tensor-parallel ranks), each
+// read through its own strides (a slice, a transpose). Nothing is copied to make one.
+struct StridedPart {
+  const std::byte* data = nullptr;    // this part's element (0, ..., 0)
+  std::vector<std::int64_t> strides;  // in elements, one per dim of the view
+  std::uint64_t extent = 0;           // its size along the layout's dim
+};
+struct Layout {
+  std::size_t dim = 0;
+  std::vector<StridedPart> parts;  // in order along dim; extents add up to shape[dim]
+};
+
 struct TensorView {
   DType dtype = DType::F32;
   Shape shape;
   const std::byte* data = nullptr;  // numel() elements, little-endian, C order
+  // Set for a view whose elements are not contiguous (then data is null): read them with
+  // copy_elements() or contiguous() (layout.hpp).
+  const Layout* layout = nullptr;
 
   std::uint64_t numel() const {
     std::uint64_t n = 1;

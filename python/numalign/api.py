@@ -31,8 +31,8 @@ def _add_rules(args, rules):
 
 def _options(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=None,
                larger_multiplier_for_small=None, force_max_multiplier=None, threads=None,
-               magnitude_profile=None, only=None, shared_randomness=None, module_ranking=False,
-               first_failing=False):
+               magnitude_profile=None, only=None, shared_randomness=None, map=None,
+               module_ranking=False, first_failing=False):
     """The core's options from the arguments: None means "not given", so a policy's value
     stands. Resolved before any tensor is handed over, so a bad option raises first."""
     a = _core.JudgeArguments()
@@ -46,6 +46,11 @@ def _options(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=No
             a.policy_json = json.dumps(policy)
         else:
             a.policy_path = os.fspath(policy)
+    if map is not None:  # the map file's JSON (a dict), or its path
+        if isinstance(map, dict):
+            a.map_json = json.dumps(map)
+        else:
+            a.map_path = os.fspath(map)
     _add_rules(a, rules)
     if only is not None:
         a.only = [only] if isinstance(only, str) else list(only)
@@ -60,7 +65,8 @@ def _runs(test, ref, truth):
 
 def judge(test, ref, truth=None, *, tol=None, rules=None, policy=None, equal_nan=None,
           larger_multiplier_for_small=None, force_max_multiplier=None, check_bias=None,
-          threads=None, magnitude_profile=None, only=None, shared_randomness=None) -> Report:
+          threads=None, magnitude_profile=None, only=None, shared_randomness=None,
+          map=None) -> Report:
     """Judges every tensor of ``ref`` (or those matching the globs ``only``) against the
     same-named tensor of ``test``, measured against the float64 ``truth``. Each may be a
     tensor, an array, a nested structure of them (flattened to dotted names: ``logits``,
@@ -69,12 +75,15 @@ def judge(test, ref, truth=None, *, tol=None, rules=None, policy=None, equal_nan
     ``magnitude_profile=True`` also bins each tensor's error by the magnitude of the truth
     during the pass, for the chart of ``Report.to_html()``. Runs that captured random draws
     (dropout in training mode, the RNG) cannot be judged unless ``shared_randomness`` gives
-    the written reason their draws are the same."""
+    the written reason their draws are the same. ``map`` pairs tensors whose names or
+    layouts differ between the runs (another implementation: fused projections, other module
+    names): a dict in the map file's format, or the path of one (README, "Two
+    implementations")."""
     return _judge(test, ref, truth, tol=tol, rules=rules, policy=policy, equal_nan=equal_nan,
                   larger_multiplier_for_small=larger_multiplier_for_small,
                   force_max_multiplier=force_max_multiplier, check_bias=check_bias,
                   threads=threads, magnitude_profile=magnitude_profile, only=only,
-                  shared_randomness=shared_randomness)
+                  shared_randomness=shared_randomness, map=map)
 
 
 def _judge(test, ref, truth=None, **arguments) -> Report:

@@ -185,6 +185,8 @@ NB_MODULE(_core, m) {
       .def_rw("threads", &JudgeArguments::threads)
       .def_rw("policy_path", &JudgeArguments::policy_path)
       .def_rw("policy_json", &JudgeArguments::policy_json)
+      .def_rw("map_path", &JudgeArguments::map_path)
+      .def_rw("map_json", &JudgeArguments::map_json)
       .def_rw("only", &JudgeArguments::only)
       .def_rw("shared_randomness", &JudgeArguments::shared_randomness)
       .def_prop_rw(

@@ -143,6 +143,38 @@ TEST_F(CliTest, PolicyReasonsArePrinted) {
   EXPECT_NE(r.out.find("override reason: fused kernel rounds once"), std::string::npos) << r.out;
 }
 
+// --map pairs tensors whose names differ; a map's mistake exits 2 naming the file and entry;
+// the output may not replace the map.
+TEST_F(CliTest, AMapPairsRenamedTensorsAndItsMistakesExitTwo) {
+  const Trace t = Trace::open(mm("dropped_column"));
+  std::vector<NamedTensor> renamed;
+  for (const auto& e : t.entries()) renamed.push_back({"impl." + e.name, e.view});
+  const std::string test = (dir_ / "renamed.safetensors").string();
+  write_trace(test, renamed, nullptr);
+  const std::string map = (dir_ / "map.json").string();
+  std::ofstream(map) << R"({"map": [{"test": "impl.*", "ref": "{1}"}]})";
+  const CliRun without = cli("judge " + test + " " + mm("ref") + " " + mm("truth"));
+  EXPECT_EQ(without.code, 1) << without.out;
+  EXPECT_NE(without.out.find("missing from test"), std::string::npos) << without.out;
+  const CliRun with = cli("judge " + test + " " + mm("ref") + " " + mm("truth") + " --map " + map);
+  const CliRun plain = cli("judge " + mm("dropped_column") + " " + mm("ref") + " " + mm("truth"));
+  EXPECT_EQ(with.code, plain.code) << with.out;
+  EXPECT_EQ(with.code, 1) << with.out;
+  EXPECT_NE(with.out.find("test: impl."), std::string::npos) << "the source is shown\n" << with.out;
+  const CliRun sens =
+      cli("sensitivity " + test + " " + mm("ref") + " " + mm("truth") + " --map " + map);
+  EXPECT_EQ(sens.code, 0) << sens.out;
+  EXPECT_EQ(sens.out.find("missing"), std::string::npos) << sens.out;
+  std::ofstream(map) << R"({"map": [], "ignore": [{"ref": "*"}]})";
+  const CliRun bad = cli("judge " + test + " " + mm("ref") + " " + mm("truth") + " --map " + map);
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find(map + ": ignore 1 (ref \"*\") needs a written reason"), std::string::npos)
+      << bad.out;
+  const CliRun clobber =
+      cli("judge " + test + " " + mm("ref") + " " + mm("truth") + " --map " + map + " -o " + map);
+  EXPECT_EQ(clobber.code, 2) << clobber.out;
+}
+
 TEST_F(CliTest, TruthIsRequiredByRmseOnly) {
   const CliRun no_truth = cli("judge " + ar("fused") + " " + ar("unfused"));
   EXPECT_EQ(no_truth.code, 2) << no_truth.out;
