@@ -53,7 +53,8 @@ void copy_elements(const TensorView& v, std::uint64_t begin, std::uint64_t end, 
       std::memcpy(out, src, run * es);
     } else {
       for (std::uint64_t i = 0; i < run; ++i)
-        std::memcpy(out + i * es, src + static_cast<std::int64_t>(i) * step * static_cast<std::int64_t>(es), es);
+        std::memcpy(out + i * es,
+                    src + static_cast<std::int64_t>(i) * step * static_cast<std::int64_t>(es), es);
     }
     out += run * es;
     at += run;

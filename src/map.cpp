@@ -69,7 +69,8 @@ void read_side(simdjson::dom::element value, const std::string& where, const cha
 
 std::int64_t read_int(simdjson::dom::element value, const std::string& where, const char* what) {
   std::int64_t v;
-  if (value.get(v) || v < -64 || v > 64) fail(where, std::string(what) + " must be a dim (an integer)");
+  if (value.get(v) || v < -64 || v > 64)
+    fail(where, std::string(what) + " must be a dim (an integer)");
   return v;
 }
 
@@ -116,7 +117,8 @@ MapEntry parse_entry(simdjson::dom::element item, std::size_t number, const std:
   // The side that inserts captures is the template side; the other is matched as a glob.
   auto inserts = [&](const std::vector<std::string>& side, const char* name) {
     bool any = false;
-    for (const auto& s : side) any = !placeholders(s, origin + ": " + where + ": " + name).empty() || any;
+    for (const auto& s : side)
+      any = !placeholders(s, origin + ": " + where + ": " + name).empty() || any;
     return any;
   };
   const bool test_inserts = inserts(e.test, "test"), ref_inserts = inserts(e.ref, "ref");
@@ -147,7 +149,8 @@ MapEntry parse_entry(simdjson::dom::element item, std::size_t number, const std:
   }
   if (stars > 0 && !any_insert)
     stop(std::string(glob_name) + " glob " + in_quotes(glob) + " matches many tensors but " +
-         template_name + " inserts none of its captures ({1}): they would all pair with the "
+         template_name +
+         " inserts none of its captures ({1}): they would all pair with the "
          "same tensors");
   return e;
 }
@@ -475,8 +478,8 @@ void Pairer::judge_pieces_of_test(const Assignment& a) {
   for (const auto& r : a.ref) {
     const Shape& s = ref_.find(r)->view.shape;
     const std::uint64_t extent = s[*dim];
-    const std::byte* start =
-        x.view->data + static_cast<std::int64_t>(at) * x.strides[*dim] * static_cast<std::int64_t>(es);
+    const std::byte* start = x.view->data + static_cast<std::int64_t>(at) * x.strides[*dim] *
+                                                static_cast<std::int64_t>(es);
     TensorView piece{x.view->dtype, s, nullptr};
     // A piece whose elements lie in one run (a split of the outermost dim that is not 1)
     // is read in place as it is; others through a layout.
@@ -546,10 +549,9 @@ void Pairer::judge_concatenation(const Assignment& a) {
   for (const auto& p : parts) layout.parts.push_back({p.view->data, p.strides, p.shape[dim]});
   out_.layouts.push_back(std::move(layout));
   out_.views.push_back(TensorView{first.view->dtype, s, nullptr, &out_.layouts.back()});
-  std::string source = parts.size() == 1
-                           ? first.name + " transposed"
-                           : "cat(" + detail::joined(a.test, ", ") + "; dim " +
-                                 std::to_string(*e.cat_dim) + ")";
+  std::string source = parts.size() == 1 ? first.name + " transposed"
+                                         : "cat(" + detail::joined(a.test, ", ") + "; dim " +
+                                               std::to_string(*e.cat_dim) + ")";
   if (parts.size() > 1 && e.transpose) source += ", each transposed";
   // A concatenation whose shapes fit may still disagree with ref in its other dims after a
   // transpose: the judge's shape check compares the view's shape, which is ref's by design.
@@ -609,15 +611,15 @@ void Pairer::pair(const std::vector<std::string>& only) {
       problem = "not mapped: no entry of " + map_.origin +
                 " maps it, no ignore covers it, and test has no tensor of that name";
     }
-    out_.triples.emplace_back(n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr)
-        .problem = std::move(problem);
+    out_.triples.emplace_back(n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr).problem =
+        std::move(problem);
   }
   for (std::size_t i = 0; i < map_.ignore.size(); ++i) {
     const MapIgnore& ig = map_.ignore[i];
     if (!ig.ref_side) continue;
-    out_.warnings.push_back(
-        "the map leaves out " + std::to_string(ignored_count[i]) + " tensor(s) of ref matching " +
-        in_quotes(ig.glob) + ", not judged: " + ig.reason);
+    out_.warnings.push_back("the map leaves out " + std::to_string(ignored_count[i]) +
+                            " tensor(s) of ref matching " + in_quotes(ig.glob) +
+                            ", not judged: " + ig.reason);
   }
   for (const auto& e : test_.entries()) {
     if (used_test_.count(e.name) || ignored(false, e.name) || !selected_by(only, e.name)) continue;
@@ -627,8 +629,8 @@ void Pairer::pair(const std::vector<std::string>& only) {
 
 }  // namespace
 
-Pairing pair_with_map(const Trace& test, const Trace& ref, const Trace* truth,
-                      const TensorMap& map, const std::vector<std::string>& only) {
+Pairing pair_with_map(const Trace& test, const Trace& ref, const Trace* truth, const TensorMap& map,
+                      const std::vector<std::string>& only) {
   Pairing out;
   Pairer p(test, ref, truth, map, out);
   p.resolve_entries();

@@ -313,6 +313,9 @@ void write_optional(detail::JsonWriter& w, const char* key, const std::optional<
 void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
   w.begin_object();
   w.key("name").string(r.name);
+  // Paired through a map: where in test it was read (absent for namesakes).
+  if (const auto src = r.tags.find("test_source"); src != r.tags.end())
+    w.key("test_source").string(src->second);
   w.key("verdict").string(verdict_word(r.verdict));
   w.key("rule").string(r.rule);
   w.key("reason").string(r.reason);

@@ -13,8 +13,7 @@ namespace numalign {
 
 // Copies elements [begin, end) of `view`, in C order, to `out` (element_size(dtype) bytes
 // each); a plain memcpy for a contiguous view.
-void copy_elements(const TensorView& view, std::uint64_t begin, std::uint64_t end,
-                   std::byte* out);
+void copy_elements(const TensorView& view, std::uint64_t begin, std::uint64_t end, std::byte* out);
 
 // The view itself when contiguous; otherwise a contiguous copy that this object owns (as
 // large as the tensor: only for passes that need a whole tensor at once).

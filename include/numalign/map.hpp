@@ -67,8 +67,8 @@ struct Pairing {
   std::vector<std::string> could_not_judge;  // entries that point at tensors that do not exist
 };
 
-Pairing pair_with_map(const Trace& test, const Trace& ref, const Trace* truth,
-                      const TensorMap& map, const std::vector<std::string>& only);
+Pairing pair_with_map(const Trace& test, const Trace& ref, const Trace* truth, const TensorMap& map,
+                      const std::vector<std::string>& only);
 
 // The pairing every front end judges: options.map's when given, else by identical names.
 Pairing pair_runs(const Trace& test, const Trace& ref, const Trace* truth,

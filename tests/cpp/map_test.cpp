@@ -65,8 +65,7 @@ TEST(MapFileTest, EachMistakeIsNamedWithItsEntry) {
   EXPECT_EQ(parse_error(R"({"map": [{"test": "a.{1}", "ref": "b.{1}"}]})"),
             "map.json: map entry 1: test and ref both insert captures ({N}): one side must be "
             "the glob");
-  EXPECT_EQ(parse_error(R"({"ignore": []})"),
-            "map.json: a map needs \"map\": the list of entries");
+  EXPECT_EQ(parse_error(R"({"ignore": []})"), "map.json: a map needs \"map\": the list of entries");
   EXPECT_EQ(parse_error(R"({"map": [}})").rfind("map.json: map is not valid JSON: ", 0), 0u);
   EXPECT_EQ(parse_error(R"({"map": [{"test": "a", "ref": "b"}], "maps": []})"),
             "map.json: unknown field \"maps\" (expected map, ignore)");
@@ -247,8 +246,7 @@ TEST_F(FusedProjectionTest, APieceJudgedInPlaceHasTheMetricsOfItsCopy) {
   const Buffer f = fused(1e-3);
   std::vector<double> k_values;
   for (std::uint64_t row = 0; row < kB * kT; ++row)
-    for (std::uint64_t j = 0; j < kH; ++j)
-      k_values.push_back(ref_["k"][row * kH + j] * (1 + 1e-3));
+    for (std::uint64_t j = 0; j < kH; ++j) k_values.push_back(ref_["k"][row * kH + j] * (1 + 1e-3));
   const Buffer k_copy = make_buffer(DType::F32, {kB, kT, kH}, k_values);
   const Trace ref = separate(DType::F32, ref_), truth = separate(DType::F64, truth_);
   const std::string k = "model.layers.0.self_attn.k_proj.out";
@@ -294,8 +292,8 @@ TEST_F(FusedProjectionTest, ARefTensorNobodyMapsCannotBeJudged) {
   more.push_back({"model.rotary_emb.out", make_buffer(DType::F32, {4}, {1, 2, 3, 4})});
   more.push_back({"model.norm.out", make_buffer(DType::F32, {4}, {1, 2, 3, 4})});
   const Trace ref = run(std::move(more));
-  const Report r = judge(test, ref, nullptr,
-                         with_map(R"({"map": [{"test": "blocks.*.attention.qkv.out",
+  const Report r =
+      judge(test, ref, nullptr, with_map(R"({"map": [{"test": "blocks.*.attention.qkv.out",
     "ref": ["model.layers.{1}.self_attn.q_proj.out", "model.layers.{1}.self_attn.k_proj.out",
             "model.layers.{1}.self_attn.v_proj.out"], "cat_dim": -1}],
     "ignore": [{"ref": "model.rotary_emb.*", "reason": "applied inside the fused kernel"}]})"));
@@ -364,8 +362,8 @@ TEST_F(FusedProjectionTest, ATransposedTestTensorIsReadThroughItsStrides) {
   r2.push_back({"k", make_buffer(DType::F32, {kB * kT, kH}, ref_["k"])});
   u2.push_back({"k", make_buffer(DType::F64, {kB * kT, kH}, truth_["k"])});
   const Trace ref = run(std::move(r2)), truth = run(std::move(u2));
-  const Report r =
-      judge(test, ref, &truth, with_map(R"({"map": [{"test": "kt", "ref": "k", "transpose": [0, 1]}]})"));
+  const Report r = judge(test, ref, &truth,
+                         with_map(R"({"map": [{"test": "kt", "ref": "k", "transpose": [0, 1]}]})"));
   ASSERT_EQ(r.tensors.size(), 1u);
   EXPECT_EQ(r.tensors[0].verdict, VerdictKind::kPass) << r.tensors[0].reason;
   EXPECT_EQ(r.tensors[0].metrics->bits_differ, 0u) << "read back exactly as ref";
