@@ -208,3 +208,29 @@ def test_print_names_lists_both_runs_and_says_the_map_is_complete(capsys):
     assert "  model.layers.1.self_attn.k_proj.out  (2, 16, 32)" in out
     assert "  blocks.1.attention.qkv.out  (2, 16, 128)" in out
     assert out.rstrip().endswith("complete")
+
+
+def test_in_bfloat16_through_the_map_only_the_planted_bug_stands_out(mapping):
+    """What ``numalign judge --map`` will be asked to see, approximated here by the rmse
+    rule's inequality alone (error <= 3 * baseline + tol / 10 against the float64 truth; no
+    fast path, no small-tensor multipliers): the clean re-implementation in bf16 is as close
+    to the truth as HF in bf16 on every tensor the map pairs, and with the planted bug the
+    first of HF's tensors (in its execution order) that fails is layer 1's k_proj.out."""
+    from numalign.capture import trace_model
+
+    hf, x = fused_llama.reference_llama(), fused_llama.example_inputs()
+    truth, ref = trace_model(hf, x, torch.float64), trace_model(hf, x, torch.bfloat16)
+
+    def rmse(a, b):
+        return (a.double() - b.double()).pow(2).mean().sqrt().item()
+
+    def failing(test):
+        pairs = print_names.mapped_tensors(mapping, test, ref)
+        return [n for n in ref.metadata["order"] if n in pairs and ref[n].is_floating_point()
+                and rmse(pairs[n][0], truth[n]) > 3 * rmse(ref[n], truth[n]) + 1e-5]
+
+    clean, buggy = fused_llama.from_hf(hf), fused_llama.from_hf(hf)
+    fused_llama.plant_bug(buggy, 1, "k")
+    assert failing(trace_model(clean, x, torch.bfloat16)) == []
+    wrong = failing(trace_model(buggy, x, torch.bfloat16))
+    assert wrong[0] == "model.layers.1.self_attn.k_proj.out", wrong
