@@ -115,7 +115,8 @@ class FusedAttention(nn.Module):
         self.out_proj = nn.Linear(self.q_size, hidden, bias=False)
         # The rotary frequencies in float32, by HF's formula, so both implementations hold the
         # same ones (a float64 run holds them in float64, as numalign casts floating buffers).
-        inv_freq = 1.0 / (rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim
+        inv_freq = 1.0 / (rope_theta ** exponents)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def _rotary(self, x, tokens: int):
@@ -183,7 +184,8 @@ class FusedLlama(nn.Module):
         super().__init__()
         rope = getattr(config, "rope_parameters", None) or {}
         if rope.get("rope_type", "default") != "default":
-            raise NotImplementedError(f"rope_type {rope['rope_type']!r}: only default RoPE is written here")
+            raise NotImplementedError(f"rope_type {rope['rope_type']!r}: only the default RoPE "
+                                      "is written here")
         if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
             raise NotImplementedError("biases in attention or MLP are not written here")
         if getattr(config, "tie_word_embeddings", False):
