@@ -12,6 +12,7 @@
 
 #include "numalign/consistency.hpp"
 #include "numalign/judge.hpp"
+#include "numalign/map.hpp"
 #include "numalign/metrics.hpp"
 #include "numalign/options.hpp"
 #include "numalign/sensitivity.hpp"
@@ -95,6 +96,7 @@ void add_table_options(CLI::App* cmd, JudgeArguments& args, OutputOptions& out) 
 struct TraceArguments {
   std::string test, ref, truth;
   std::vector<std::string> rules;
+  std::size_t ranks = 0;  // --ranks N: test is N traces, one per tensor-parallel rank
 };
 
 void add_judge_options(CLI::App* cmd, TraceArguments& traces, JudgeArguments& args) {
@@ -104,6 +106,9 @@ void add_judge_options(CLI::App* cmd, TraceArguments& traces, JudgeArguments& ar
   cmd->add_option("--rule", traces.rules,
                   "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X (repeatable)");
   cmd->add_option("--policy", args.policy_path, "JSON policy file of overrides with reasons");
+  cmd->add_option("--ranks", traces.ranks,
+                  "N: test is N traces of tensor-parallel ranks, named as "
+                  "numalign.distributed.save names them (TEST.rank0.safetensors, ...)");
   cmd->add_option("--map", args.map_path,
                   "JSON map from test's tensors to ref's, where names or layouts differ "
                   "(fused projections, another module tree)");
@@ -321,13 +326,24 @@ int pack(const std::string& in, const std::string& out) {
 }
 
 // Options resolve before any file is read: a bad option is reported first.
+// `ranks` > 0: the test run is that many traces, named from `test` as
+// numalign.distributed.save names them (run.safetensors -> run.rank0.safetensors, ...).
 int run_judge(const JudgeOptions& options, const std::string& test, const std::string& ref,
-              const std::string& truth, const JudgeArguments& args, const OutputOptions& out) {
-  const OpenedTraces t = open_traces(test, ref, truth);
-  refuse_clobbering(out.output, {test, ref, truth, args.policy_path, args.map_path},
-                    {&t.test, &t.ref, t.truth_or_null()});
+              const std::string& truth, const JudgeArguments& args, std::size_t ranks,
+              const OutputOptions& out) {
+  const OpenedTraces t = open_traces(ranks ? rank_trace_path(test, 0) : test, ref, truth);
+  std::vector<Trace> other_ranks;
+  std::vector<std::string> inputs{test, ref, truth, args.policy_path, args.map_path};
+  std::vector<const Trace*> test_ranks{&t.test};
+  for (std::size_t r = 1; r < ranks; ++r) {
+    other_ranks.push_back(Trace::open(rank_trace_path(test, r)));
+    inputs.insert(inputs.end(), other_ranks.back().files().begin(),
+                  other_ranks.back().files().end());
+  }
+  for (const Trace& r : other_ranks) test_ranks.push_back(&r);
+  refuse_clobbering(out.output, inputs, {&t.test, &t.ref, t.truth_or_null()});
   Progress progress(!out.no_progress);
-  const Report report = judge(t.test, t.ref, t.truth_or_null(), options, progress.callback());
+  const Report report = judge(test_ranks, t.ref, t.truth_or_null(), options, progress.callback());
   return emit(report, out);
 }
 
@@ -454,7 +470,8 @@ int main(int argc, char** argv) {
     if (*judge_cmd) {
       add_rule_arguments(traces.rules, args);
       args.magnitude_profile = out.format == "html";  // the page charts it
-      return run_judge(resolve_options(args), traces.test, traces.ref, traces.truth, args, out);
+      return run_judge(resolve_options(args), traces.test, traces.ref, traces.truth, args,
+                       traces.ranks, out);
     }
     if (*compare_cmd) {
       const Rule rule = parse_rule(compare_rule, "--rule");
@@ -463,7 +480,7 @@ int main(int argc, char** argv) {
       }
       args.rules.push_back({"", compare_rule, ""});
       args.magnitude_profile = out.format == "html";
-      return run_judge(resolve_options(args), a, b, "", args, out);
+      return run_judge(resolve_options(args), a, b, "", args, 0, out);
     }
     if (*inspect_cmd) return inspect(inspect_path);
     if (*dump_cmd) return dump(dump_path, dump_tensor, dump_limit, dump_at);

@@ -37,6 +37,7 @@ bool precheck(const TensorTriple& t, TensorResult& r) {
     return true;
   };
   if (!t.problem.empty()) return stop(VerdictKind::kError, t.problem);
+  if (!t.failure.empty()) return stop(VerdictKind::kFail, t.failure);
   if (!t.test) return stop(VerdictKind::kFail, "missing from test");
   if (t.test->dtype != t.ref->dtype) {
     return stop(VerdictKind::kFail, "dtype mismatch: test " + std::string(name(t.test->dtype)) +
@@ -446,16 +447,30 @@ void adopt_tags(const TraceMetadata& ref, Report& report) {
 
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
              const ProgressFn& progress) {
-  const Pairing pairing = pair_runs(test, ref, truth, options);
+  return judge(std::vector<const Trace*>{&test}, ref, truth, options, progress);
+}
+
+Report judge(const std::vector<const Trace*>& test_ranks, const Trace& ref, const Trace* truth,
+             const JudgeOptions& options, const ProgressFn& progress) {
+  if (test_ranks.empty()) fail("test", "no trace given");
+  const Trace& test = *test_ranks.front();
+  const Pairing pairing = pair_runs(test_ranks, ref, truth, options);
   const std::vector<TensorTriple>& triples = pairing.triples;
-  std::vector<std::span<const std::byte>> mapped = test.mappings();
-  for (const Trace* t : {&ref, truth}) {
+  std::vector<std::span<const std::byte>> mapped;
+  std::vector<const Trace*> runs = test_ranks;
+  runs.push_back(&ref);
+  runs.push_back(truth);
+  for (const Trace* t : runs) {
     if (!t) continue;
     const auto more = t->mappings();
     mapped.insert(mapped.end(), more.begin(), more.end());
   }
   Report report = judge_tensors(triples, options, progress, mapped);
   report.title = title_of(test, ref, truth);
+  if (test_ranks.size() > 1 && !report.title.empty()) {
+    const std::size_t eol = report.title.find('\n');
+    report.title.insert(eol, " and " + std::to_string(test_ranks.size() - 1) + " more rank(s)");
+  }
   report.warnings.insert(report.warnings.end(), pairing.warnings.begin(), pairing.warnings.end());
   report.could_not_judge.insert(report.could_not_judge.end(), pairing.could_not_judge.begin(),
                                 pairing.could_not_judge.end());

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "format.hpp"
+#include "numalign/consistency.hpp"
 #include "numalign/error.hpp"
 #include "numalign/glob.hpp"
 #include "numalign/layout.hpp"
@@ -98,15 +99,34 @@ MapEntry parse_entry(simdjson::dom::element item, std::size_t number, const std:
         if (got.size() != 2 || got[0] == got[1])
           fail(where, "transpose must be two different dims, as [0, 1]");
         e.transpose = std::array<std::int64_t, 2>{got[0], got[1]};
+      } else if (k == "sharded_dim") {
+        e.sharded_dim = read_int(f.value, where, "sharded_dim");
+      } else if (k == "replicated") {
+        if (f.value.get(e.replicated)) fail(where, "replicated must be true or false");
       } else {
-        fail(where, "unknown field \"" + k + "\" (expected test, ref, cat_dim, transpose)");
+        fail(where, "unknown field \"" + k +
+                        "\" (expected test, ref, cat_dim, transpose, sharded_dim, replicated)");
       }
     } catch (const Error& err) {
       fail(origin, err.where() + ": " + err.problem());
     }
   }
   auto stop = [&](const std::string& problem) { fail(origin, where + ": " + problem); };
-  if (e.test.empty() || e.ref.empty()) stop("needs \"test\" and \"ref\"");
+  if (e.ref.empty()) stop("needs \"ref\"");
+  if (e.sharded_dim && e.replicated) stop("sharded_dim and replicated exclude each other");
+  if ((e.sharded_dim || e.replicated) && (e.test_is_list || e.ref_is_list))
+    stop("sharded_dim and replicated take one test and one ref tensor per match, not a list");
+  if (e.test.empty()) {  // the same names on both sides: ref is the glob
+    if (e.ref_is_list) stop("needs \"test\" when ref is a list");
+    if (!placeholders(e.ref.front(), origin + ": " + where + ": ref").empty())
+      stop("ref inserts captures, but there is no test glob to capture them");
+    if (e.ref.front().find("**") != std::string::npos)
+      stop("ref glob " + in_quotes(e.ref.front()) +
+           " has two * side by side: what each captures would be ambiguous");
+    e.test_named_as_ref = true;
+    e.glob_on_test = false;
+    return e;
+  }
   if (e.test_is_list && e.ref_is_list)
     stop("test and ref are both lists: one side must be one name or glob");
   if ((e.test_is_list || e.ref_is_list) && !e.cat_dim)
@@ -312,9 +332,9 @@ struct Assignment {
 
 class Pairer {
  public:
-  Pairer(const Trace& test, const Trace& ref, const Trace* truth, const TensorMap& map,
-         Pairing& out)
-      : test_(test), ref_(ref), truth_(truth), map_(map), out_(out) {}
+  Pairer(const std::vector<const Trace*>& tests, const Trace& ref, const Trace* truth,
+         const TensorMap& map, Pairing& out)
+      : tests_(tests), test_(*tests.front()), ref_(ref), truth_(truth), map_(map), out_(out) {}
 
   void resolve_entries();
   void pair(const std::vector<std::string>& only);
@@ -324,14 +344,19 @@ class Pairer {
     return map_.origin + ": map entry " + std::to_string(e.number);
   }
   void claim(const std::string& ref_name, const Assignment* a);
-  bool operand(const MapEntry& e, const std::string& name, Operand& op, std::string& problem);
+  bool operand(const MapEntry& e, const std::string& name, Operand& op, std::string& problem,
+               std::size_t rank = 0);
+  // For a test run of several ranks: every rank's copy of a replicated tensor must equal
+  // rank 0's; sets a problem (cannot compare) or a failure (they differ).
+  void check_replicas(const std::string& name, std::string& problem, std::string& failure) const;
   void judge_pieces_of_test(const Assignment& a);  // ref list: the test tensor holds them
   void judge_concatenation(const Assignment& a);   // test list (or one): the ref tensor
   void add(const std::string& ref_name, const TensorView* test, std::string source,
-           std::string problem);
+           std::string problem, std::string failure = "");
   bool ignored(bool ref_side, const std::string& name, std::size_t* which = nullptr) const;
 
-  const Trace& test_;
+  const std::vector<const Trace*>& tests_;
+  const Trace& test_;  // rank 0's, or the one test run
   const Trace& ref_;
   const Trace* truth_;
   const TensorMap& map_;
@@ -366,6 +391,7 @@ void Pairer::claim(const std::string& ref_name, const Assignment* a) {
 }
 
 void Pairer::resolve_entries() {
+  std::map<std::size_t, std::string> first_unmatched;  // entry -> a ref name it missed
   for (const MapEntry& e : map_.entries) {
     const std::string& glob = e.glob_on_test ? e.test.front() : e.ref.front();
     const Trace& matched = e.glob_on_test ? test_ : ref_;
@@ -373,19 +399,32 @@ void Pairer::resolve_entries() {
     for (const TraceEntry& t : matched.entries()) {
       const auto caps = glob_captures(glob, t.name);
       if (!caps) continue;
-      ++matches;
       Assignment a{&e, {}, {}};
       for (const auto& s : e.glob_on_test ? e.ref : e.test)
         (e.glob_on_test ? a.ref : a.test).push_back(expand(s, *caps));
       (e.glob_on_test ? a.test : a.ref).push_back(t.name);
+      if (e.test_named_as_ref) a.test.push_back(t.name);
+      // `*` crosses dots, so a test glob also matches tensors of submodules ("blocks.*.out"
+      // matches "blocks.0.mlp.out"): a match that names no tensor of ref at all is no pair
+      // (ref's coverage keeps this fail closed: every ref tensor is judged or ignored).
+      if (e.glob_on_test && std::none_of(a.ref.begin(), a.ref.end(),
+                                         [&](const std::string& r) { return ref_.find(r); })) {
+        if (!first_unmatched.count(e.number)) first_unmatched[e.number] = a.ref.front();
+        continue;
+      }
+      ++matches;
       assignments_.push_back(std::move(a));
       for (const auto& r : assignments_.back().ref) claim(r, &assignments_.back());
       for (const auto& n : assignments_.back().test) used_test_.insert(n);
     }
     if (matches == 0) {
-      out_.warnings.push_back(where(e) + " (" + (e.glob_on_test ? "test " : "ref ") +
-                              in_quotes(glob) + ") matched no tensor of " +
-                              (e.glob_on_test ? "test" : "ref"));
+      const auto u = first_unmatched.find(e.number);
+      out_.warnings.push_back(
+          where(e) + " (" + (e.glob_on_test ? "test " : "ref ") + in_quotes(glob) +
+          ") matched no tensor of " + (e.glob_on_test ? "test" : "ref") +
+          (u == first_unmatched.end()
+               ? ""
+               : " whose ref tensors exist (ref has no " + in_quotes(u->second) + ", for one)"));
     }
   }
   for (const Assignment& a : assignments_) {
@@ -406,21 +445,24 @@ void Pairer::resolve_entries() {
 }
 
 void Pairer::add(const std::string& ref_name, const TensorView* test, std::string source,
-                 std::string problem) {
+                 std::string problem, std::string failure) {
   if (claimed_.at(ref_name) == nullptr) return;  // a conflict: reported once, in pair()
   const TraceEntry* r = ref_.find(ref_name);
   const TraceEntry* u = truth_ ? truth_->find(ref_name) : nullptr;
   TensorTriple t(ref_name, test, &r->view, u ? &u->view : nullptr);
   t.source = std::move(source);
   t.problem = std::move(problem);
+  t.failure = std::move(failure);
   mapped_.insert_or_assign(ref_name, std::move(t));
 }
 
-bool Pairer::operand(const MapEntry& e, const std::string& name, Operand& op,
-                     std::string& problem) {
-  const TraceEntry* t = test_.find(name);
+bool Pairer::operand(const MapEntry& e, const std::string& name, Operand& op, std::string& problem,
+                     std::size_t rank) {
+  const TraceEntry* t = tests_[rank]->find(name);
   if (!t) {
-    problem = where(e) + ": test has no tensor " + in_quotes(name);
+    problem = where(e) + ": test" +
+              (tests_.size() > 1 ? " rank " + std::to_string(rank) : std::string()) +
+              " has no tensor " + in_quotes(name);
     return false;
   }
   op = {name, &t->view, t->view.shape, contiguous_strides(t->view.shape)};
@@ -442,8 +484,10 @@ bool Pairer::operand(const MapEntry& e, const std::string& name, Operand& op,
 void Pairer::judge_pieces_of_test(const Assignment& a) {
   const MapEntry& e = *a.entry;
   std::string problem;
+  std::string failure;
   Operand x;
   const bool have = operand(e, a.test.front(), x, problem);
+  if (have) check_replicas(x.name, problem, failure);
   std::optional<std::size_t> dim;
   if (have) {
     dim = dim_of(*e.cat_dim, x.shape.size());
@@ -494,7 +538,7 @@ void Pairer::judge_pieces_of_test(const Assignment& a) {
     out_.views.push_back(piece);
     std::string source = slice_text(x.name, s.size(), *dim, at, at + extent);
     if (e.transpose) source = x.name + " transposed, " + source.substr(x.name.size());
-    add(r, &out_.views.back(), std::move(source), "");
+    add(r, &out_.views.back(), std::move(source), "", failure);
     at += extent;
   }
 }
@@ -503,76 +547,96 @@ void Pairer::judge_concatenation(const Assignment& a) {
   const MapEntry& e = *a.entry;
   const std::string& r = a.ref.front();
   const Shape& s = ref_.find(r)->view.shape;
-  std::string problem;
-  std::vector<Operand> parts(a.test.size());
-  for (std::size_t i = 0; i < parts.size() && problem.empty(); ++i)
-    operand(e, a.test[i], parts[i], problem);
+  // The parts side by side: the test list's tensors (rank 0's, the others' copies agreeing),
+  // or one tensor's pieces on every rank, in rank order.
+  const bool sharded = e.sharded_dim.has_value();
+  const std::size_t n = sharded ? tests_.size() : a.test.size();
+  const std::optional<std::int64_t> along = sharded ? e.sharded_dim : e.cat_dim;
+  std::string problem, failure;
+  std::vector<Operand> parts(n);
+  std::vector<std::string> labels(n);
+  for (std::size_t i = 0; i < n && problem.empty(); ++i) {
+    const std::string& name = sharded ? a.test.front() : a.test[i];
+    operand(e, name, parts[i], problem, sharded ? i : 0);
+    labels[i] = sharded ? "rank " + std::to_string(i) : name;
+    if (!sharded && problem.empty()) check_replicas(name, problem, failure);
+  }
   std::size_t dim = 0;
-  if (problem.empty() && e.cat_dim) {
-    const auto d = dim_of(*e.cat_dim, s.size());
+  if (problem.empty() && along) {
+    const auto d = dim_of(*along, s.size());
     if (!d)
-      problem = where(e) + ": cat_dim " + std::to_string(*e.cat_dim) + " is outside ref " +
-                in_quotes(r) + "'s " + std::to_string(s.size()) + " dims";
+      problem = where(e) + ": " + (sharded ? "sharded_dim " : "cat_dim ") + std::to_string(*along) +
+                " is outside ref " + in_quotes(r) + "'s " + std::to_string(s.size()) + " dims";
     dim = d.value_or(0);
   }
-  if (problem.empty() && parts.size() > 1) {
+  std::string source =
+      sharded ? a.test.front() + " on ranks 0-" + std::to_string(n - 1) + " along dim " +
+                    std::to_string(*along)
+      : n == 1 ? a.test.front()
+               : "cat(" + detail::joined(a.test, ", ") + "; dim " + std::to_string(*along) + ")";
+  if (e.transpose) source += n == 1 ? " transposed" : ", each transposed";
+  if (problem.empty()) {
+    // The parts must tile ref along dim (one part: be ref's shape), matching it elsewhere.
     std::uint64_t total = 0;
     bool fits = true;
     std::string sizes;
-    for (const auto& p : parts) {
-      sizes += (sizes.empty() ? "" : " + ") + in_quotes(p.name) + " " + format_shape(p.shape);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Operand& p = parts[i];
+      sizes += (sizes.empty() ? "" : " + ") + (sharded ? labels[i] : in_quotes(labels[i])) + " " +
+               format_shape(p.shape);
       fits = fits && p.shape.size() == s.size() && p.view->dtype == parts.front().view->dtype;
       for (std::size_t d = 0; fits && d < s.size(); ++d) fits = d == dim || p.shape[d] == s[d];
-      if (fits) total += p.shape[dim];
+      if (fits) total += s.empty() ? 0 : p.shape[dim];
     }
-    if (!fits || total != s[dim]) {
-      problem = where(e) + ": sizes do not add up: test " + sizes + " along dim " +
-                std::to_string(*e.cat_dim) + " do not make ref " + in_quotes(r) + " " +
-                format_shape(s);
+    if (!fits || (!s.empty() && total != s[dim])) {
+      problem = where(e) +
+                (n == 1 ? ": test " + sizes + " does not fit ref "
+                        : ": sizes do not add up: test " + sizes + " along dim " +
+                              std::to_string(*along) + " do not make ref ") +
+                in_quotes(r) + " " + format_shape(s);
+      if (n == 1 && !e.transpose) problem.clear();  // the judge's shape mismatch says it
     }
   }
   if (!problem.empty()) {
-    add(r, nullptr, detail::joined(a.test, ", "), problem);
+    add(r, nullptr, source, problem);
     return;
   }
   const Operand& first = parts.front();
-  const bool plain = parts.size() == 1 && first.strides == contiguous_strides(first.shape);
-  if (plain) {
-    add(r, first.view, first.name == r ? "" : first.name, "");
-    return;
-  }
-  if (s.empty()) {  // a scalar has no dims to lay out: transposing it changes nothing
-    add(r, first.view, first.name, "");
+  if (n == 1 && (s.empty() || first.strides == contiguous_strides(first.shape))) {
+    add(r, first.view, first.name == r && !sharded ? "" : source, "", failure);
     return;
   }
   Layout layout{dim, {}};
   for (const auto& p : parts) layout.parts.push_back({p.view->data, p.strides, p.shape[dim]});
   out_.layouts.push_back(std::move(layout));
   out_.views.push_back(TensorView{first.view->dtype, s, nullptr, &out_.layouts.back()});
-  std::string source = parts.size() == 1 ? first.name + " transposed"
-                                         : "cat(" + detail::joined(a.test, ", ") + "; dim " +
-                                               std::to_string(*e.cat_dim) + ")";
-  if (parts.size() > 1 && e.transpose) source += ", each transposed";
-  // A concatenation whose shapes fit may still disagree with ref in its other dims after a
-  // transpose: the judge's shape check compares the view's shape, which is ref's by design.
-  for (const auto& p : parts) {
-    for (std::size_t d = 0; d < s.size(); ++d) {
-      if (d != dim && p.shape[d] != s[d]) {
-        add(r, nullptr, source,
-            where(e) + ": test " + in_quotes(p.name) + " " + format_shape(p.shape) +
-                " does not fit ref " + in_quotes(r) + " " + format_shape(s));
-        return;
-      }
+  add(r, &out_.views.back(), std::move(source), "", failure);
+}
+
+void Pairer::check_replicas(const std::string& name, std::string& problem,
+                            std::string& failure) const {
+  const TraceEntry* rank0 = test_.find(name);
+  if (!rank0) return;
+  for (std::size_t rank = 1; rank < tests_.size() && problem.empty() && failure.empty(); ++rank) {
+    const TraceEntry* mine = tests_[rank]->find(name);
+    const std::string who = "rank " + std::to_string(rank);
+    const std::string hint =
+        ": if the ranks hold pieces of it, say so in a map entry (\"sharded_dim\")";
+    if (!mine) {
+      problem = who + " has no tensor " + in_quotes(name) + ", which rank 0 holds" + hint;
+    } else if (mine->view.dtype != rank0->view.dtype || mine->view.shape != rank0->view.shape) {
+      problem = who + " holds it as " + std::string(numalign::name(mine->view.dtype)) + " " +
+                format_shape(mine->view.shape) + ", rank 0 as " +
+                std::string(numalign::name(rank0->view.dtype)) + " " +
+                format_shape(rank0->view.shape) + hint;
+    } else if (const auto d = compare_with_rank0(mine->view, rank0->view, rank)) {
+      failure = "replicated, but " + who + " differs from rank 0 in " +
+                std::to_string(d->elements_differ) + " element(s), the first at " +
+                format_index(rank0->view.shape, d->first_index) + ": " +
+                detail::format_number(d->value) +
+                " (rank 0: " + detail::format_number(d->rank0_value) + ")" + hint;
     }
   }
-  if (parts.size() == 1 && first.shape[dim] != s[dim]) {
-    add(r, nullptr, source,
-        where(e) + ": test " + in_quotes(first.name) + " " + format_shape(first.shape) +
-            (e.transpose ? " (transposed)" : "") + " does not fit ref " + in_quotes(r) + " " +
-            format_shape(s));
-    return;
-  }
-  add(r, &out_.views.back(), std::move(source), "");
 }
 
 void Pairer::pair(const std::vector<std::string>& only) {
@@ -604,15 +668,15 @@ void Pairer::pair(const std::vector<std::string>& only) {
     }
     const TraceEntry* t = test_.find(n);
     const TraceEntry* u = truth_ ? truth_->find(n) : nullptr;
-    std::string problem;
+    TensorTriple& triple =
+        out_.triples.emplace_back(n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr);
     if (t) {
       used_test_.insert(n);
-    } else {
-      problem = "not mapped: no entry of " + map_.origin +
-                " maps it, no ignore covers it, and test has no tensor of that name";
+      check_replicas(n, triple.problem, triple.failure);
+    } else if (!map_.origin.empty()) {  // without a map, the judge says "missing from test"
+      triple.problem = "not mapped: no entry of " + map_.origin +
+                       " maps it, no ignore covers it, and test has no tensor of that name";
     }
-    out_.triples.emplace_back(n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr).problem =
-        std::move(problem);
   }
   for (std::size_t i = 0; i < map_.ignore.size(); ++i) {
     const MapIgnore& ig = map_.ignore[i];
@@ -629,20 +693,37 @@ void Pairer::pair(const std::vector<std::string>& only) {
 
 }  // namespace
 
-Pairing pair_with_map(const Trace& test, const Trace& ref, const Trace* truth, const TensorMap& map,
+std::string rank_trace_path(const std::string& path, std::size_t rank) {
+  // As os.path.splitext: the extension is the last dot of the file name, unless the name
+  // starts with it.
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t name = slash == std::string::npos ? 0 : slash + 1;
+  std::size_t dot = path.find_last_of('.');
+  std::size_t lead = name;
+  while (lead < path.size() && path[lead] == '.') ++lead;
+  if (dot == std::string::npos || dot < lead) dot = path.size();
+  const std::string ext = dot < path.size() ? path.substr(dot) : ".safetensors";
+  return path.substr(0, dot) + ".rank" + std::to_string(rank) + ext;
+}
+
+Pairing pair_with_map(const std::vector<const Trace*>& test_ranks, const Trace& ref,
+                      const Trace* truth, const TensorMap& map,
                       const std::vector<std::string>& only) {
+  if (test_ranks.empty()) fail("test", "no trace given");
   Pairing out;
-  Pairer p(test, ref, truth, map, out);
+  Pairer p(test_ranks, ref, truth, map, out);
   p.resolve_entries();
   p.pair(only);
   return out;
 }
 
-Pairing pair_runs(const Trace& test, const Trace& ref, const Trace* truth,
+Pairing pair_runs(const std::vector<const Trace*>& test_ranks, const Trace& ref, const Trace* truth,
                   const JudgeOptions& options) {
-  if (options.map) return pair_with_map(test, ref, truth, *options.map, options.only);
+  if (options.map) return pair_with_map(test_ranks, ref, truth, *options.map, options.only);
+  if (test_ranks.size() > 1)
+    return pair_with_map(test_ranks, ref, truth, TensorMap{}, options.only);
   Pairing p;
-  p.triples = pair_tensors(test, ref, truth, options.only);
+  p.triples = pair_tensors(*test_ranks.front(), ref, truth, options.only);
   return p;
 }
 

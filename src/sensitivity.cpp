@@ -164,7 +164,7 @@ std::vector<PlantedBug> all_planted_bugs() {
 
 Sensitivity sensitivity(const Trace& test, const Trace& ref, const Trace* truth,
                         const JudgeOptions& options, const SensitivityOptions& sopt) {
-  const Pairing pairing = pair_runs(test, ref, truth, options);
+  const Pairing pairing = pair_runs({&test}, ref, truth, options);
   return sensitivity(pairing.triples, options, sopt);
 }
 

@@ -26,6 +26,7 @@ struct TensorTriple {
   const TensorView* truth = nullptr;
   std::string source;   // where test's side came from, when not a namesake (a map's piece)
   std::string problem;  // why it cannot be judged, found while pairing ("" when none)
+  std::string failure;  // a failure found while pairing (replicas that disagree), or ""
 };
 
 using ProgressFn = std::function<void(double done_bytes, double total_bytes)>;
@@ -53,5 +54,10 @@ std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, cons
 // for. Runs are files (Trace::open) or tensors in memory (Trace::from_tensors).
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
              const ProgressFn& progress = {});
+// The same, for a test run saved as one trace per tensor-parallel rank (rank 0 first):
+// options.map says which tensors the ranks hold pieces of (sharded_dim); the others are
+// replicated, and every rank's copy must equal rank 0's bit for bit.
+Report judge(const std::vector<const Trace*>& test_ranks, const Trace& ref, const Trace* truth,
+             const JudgeOptions& options, const ProgressFn& progress = {});
 
 }  // namespace numalign

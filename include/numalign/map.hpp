@@ -29,6 +29,12 @@ struct MapEntry {
   std::optional<std::int64_t> cat_dim;
   std::optional<std::array<std::int64_t, 2>> transpose;
   bool glob_on_test = true;  // which side is matched (the other inserts its captures)
+  // Test as one trace per tensor-parallel rank: the ranks' tensors are pieces of ref's along
+  // this dim, in rank order; or `replicated`, every rank holds all of it (the default for
+  // tensors no entry states either for: the ranks must agree bit for bit).
+  std::optional<std::int64_t> sharded_dim;
+  bool replicated = false;
+  bool test_named_as_ref = false;  // "test" left out: the ref name matched, on test's side
 };
 
 // Tensors a map leaves out, with the written reason fail-closed judging requires.
@@ -56,6 +62,10 @@ struct TensorMap {
 std::optional<std::vector<std::string_view>> glob_captures(std::string_view glob,
                                                            std::string_view name);
 
+// A rank's trace as `numalign.distributed.save(trace, path)` names it: "run.safetensors" ->
+// "run.rank1.safetensors" (".safetensors" when the path has no extension).
+std::string rank_trace_path(const std::string& path, std::size_t rank);
+
 // The pairs to judge and the views of pieces they point into (kept stable here). Ref's
 // tensors come in its execution order, each mapped by an entry, ignored, or paired by
 // identical name; then the test tensors nothing used.
@@ -67,11 +77,14 @@ struct Pairing {
   std::vector<std::string> could_not_judge;  // entries that point at tensors that do not exist
 };
 
-Pairing pair_with_map(const Trace& test, const Trace& ref, const Trace* truth, const TensorMap& map,
+// `test_ranks`: the test run, or its tensor-parallel ranks in rank order (rank 0 first).
+Pairing pair_with_map(const std::vector<const Trace*>& test_ranks, const Trace& ref,
+                      const Trace* truth, const TensorMap& map,
                       const std::vector<std::string>& only);
 
-// The pairing every front end judges: options.map's when given, else by identical names.
-Pairing pair_runs(const Trace& test, const Trace& ref, const Trace* truth,
+// The pairing every front end judges: options.map's when given, else by identical names
+// (several test ranks: replicated, so each must agree with rank 0 bit for bit).
+Pairing pair_runs(const std::vector<const Trace*>& test_ranks, const Trace& ref, const Trace* truth,
                   const JudgeOptions& options);
 
 }  // namespace numalign

@@ -3,8 +3,8 @@
 The allowance is measured against a float64 truth (PyTorch ``same()``'s rule), not hand-picked.
 """
 from ._core import NumalignError, __version__
-from .api import assert_aligned, judge, sensitivity
+from .api import Ranks, assert_aligned, judge, sensitivity
 from .report import Report
 from .trace import Trace
 
-__all__ = ["judge", "assert_aligned", "sensitivity", "Report", "Trace", "NumalignError", "__version__"]
+__all__ = ["judge", "assert_aligned", "sensitivity", "Report", "Trace", "Ranks", "NumalignError", "__version__"]

@@ -171,6 +171,13 @@ class Trace:
 
 def judge(test: Trace, ref: Trace, truth: Trace | None, options: JudgeOptions) -> Report: ...
 
+def judge_ranks(test_ranks: list, ref: Trace, truth: Trace | None, options: JudgeOptions) -> Report: ...
+
+def rank_trace_path(path: str, rank: int) -> str:
+    """
+    A rank's trace as numalign.distributed.save names it: run.safetensors -> run.rank1.safetensors.
+    """
+
 def sensitivity(test: Trace, ref: Trace, truth: Trace | None, options: JudgeOptions, terms: int = 256) -> str: ...
 
 class RankDifference:

@@ -58,9 +58,32 @@ def _options(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=No
     return _core.resolve_options(a)
 
 
+class Ranks:
+    """A test run saved as one trace per tensor-parallel rank, rank 0 first (paths, Traces or
+    tensors): ``judge`` pairs the ranks' pieces with the single-process ref as ``map``'s
+    ``sharded_dim`` / ``replicated`` entries say (``numalign.distributed.ranks`` builds one
+    from the path given to ``distributed.save``)."""
+
+    def __init__(self, runs):
+        self.runs = list(runs)
+        if not self.runs:
+            raise ValueError("Ranks needs the run of at least one rank")
+
+    def __repr__(self):
+        return f"Ranks({len(self.runs)} ranks)"
+
+
 def _runs(test, ref, truth):
     return (as_core_trace(test), as_core_trace(ref),
             None if truth is None else as_core_trace(truth))
+
+
+def _judge_runs(test, ref, truth, options):
+    """The core's judgement of the runs: one test run, or its ranks."""
+    if isinstance(test, Ranks):
+        return _core.judge_ranks([as_core_trace(r) for r in test.runs], as_core_trace(ref),
+                                 None if truth is None else as_core_trace(truth), options)
+    return _core.judge(*_runs(test, ref, truth), options)
 
 
 def judge(test, ref, truth=None, *, tol=None, rules=None, policy=None, equal_nan=None,
@@ -90,7 +113,7 @@ def _judge(test, ref, truth=None, **arguments) -> Report:
     """judge() with the report sections of the helpers that made the runs (isolate,
     check_resume)."""
     options = _options(**arguments)
-    report = Report(_core.judge(*_runs(test, ref, truth), options))
+    report = Report(_judge_runs(test, ref, truth, options))
     for record in _recorders:
         record(report)
     return report
@@ -120,4 +143,4 @@ def sensitivity(test, ref, truth=None, *, terms=256, **options) -> dict:
     return json.loads(_core.sensitivity(*_runs(test, ref, truth), resolved, terms))
 
 
-__all__ = ["judge", "assert_aligned", "sensitivity", "Trace"]
+__all__ = ["judge", "assert_aligned", "sensitivity", "Trace", "Ranks"]

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 
 from . import _core
 from ._tensors import fingerprint, flatten, to_core, torch_dtype
+from .api import Ranks
 from .report import Report
 from .trace import Trace
 
@@ -118,8 +119,13 @@ def rank_path(path, rank: int | None = None, group=None) -> str:
     """``trace.safetensors`` -> ``trace.rank<N>.safetensors`` for this (or the given) rank."""
     if rank is None:
         rank = dist.get_rank(group)
-    root, ext = os.path.splitext(os.fspath(path))
-    return f"{root}.rank{rank}{ext or '.safetensors'}"
+    return _core.rank_trace_path(os.fspath(path), rank)
+
+
+def ranks(path, world_size: int) -> Ranks:
+    """The test run that ``save(trace, path)`` wrote on ``world_size`` ranks, for
+    ``numalign.judge(ranks(path, N), ref, truth, map=...)`` (the CLI: ``--ranks N``)."""
+    return Ranks([rank_path(path, r) for r in range(world_size)])
 
 
 def save(trace, path, group=None) -> str:

@@ -17,6 +17,7 @@
 #include "numalign/divergence.hpp"
 #include "numalign/error.hpp"
 #include "numalign/judge.hpp"
+#include "numalign/map.hpp"
 #include "numalign/options.hpp"
 #include "numalign/report_transfer.hpp"
 #include "numalign/sensitivity.hpp"
@@ -262,6 +263,21 @@ NB_MODULE(_core, m) {
         return judge(test.trace, ref.trace, truth ? &truth->trace : nullptr, options);
       },
       "test"_a, "ref"_a, "truth"_a.none(), "options"_a);
+
+  // A test run saved as one trace per tensor-parallel rank (rank 0 first).
+  m.def(
+      "judge_ranks",
+      [](const nb::list& test_ranks, const PyTrace& ref, const PyTrace* truth,
+         const JudgeOptions& options) {
+        std::vector<const Trace*> ranks;
+        for (nb::handle h : test_ranks) ranks.push_back(&nb::cast<const PyTrace&>(h).trace);
+        nb::gil_scoped_release release;
+        return judge(ranks, ref.trace, truth ? &truth->trace : nullptr, options);
+      },
+      "test_ranks"_a, "ref"_a, "truth"_a.none(), "options"_a);
+  m.def("rank_trace_path", &rank_trace_path, "path"_a, "rank"_a,
+        "A rank's trace as numalign.distributed.save names it: run.safetensors -> "
+        "run.rank1.safetensors.");
 
   m.def(
       "sensitivity",

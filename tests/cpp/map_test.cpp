@@ -59,7 +59,7 @@ TEST(MapFileTest, EachMistakeIsNamedWithItsEntry) {
             "of its captures ({1}): they would all pair with the same tensors");
   EXPECT_EQ(parse_error(R"({"map": [{"test": "a", "ref": "b", "dim": 0}]})"),
             "map.json: map entry 1: unknown field \"dim\" (expected test, ref, cat_dim, "
-            "transpose)");
+            "transpose, sharded_dim, replicated)");
   EXPECT_EQ(parse_error(R"({"map": [{"test": "a", "ref": "b", "transpose": [1, 1]}]})"),
             "map.json: map entry 1: transpose must be two different dims, as [0, 1]");
   EXPECT_EQ(parse_error(R"({"map": [{"test": "a.{1}", "ref": "b.{1}"}]})"),
@@ -314,11 +314,22 @@ TEST_F(FusedProjectionTest, AnEntryPointingPastRefCannotBeJudged) {
   const Trace test = run({{"blocks.0.attention.qkv.out", fused(0)}});
   const Trace ref = separate(DType::F32, ref_);
   const Report r = judge(test, ref, nullptr, with_map(R"({"map": [
-      {"test": "blocks.*.attention.qkv.out", "ref": ["l.{1}.q", "l.{1}.k"], "cat_dim": -1}]})"));
+      {"test": "blocks.*.attention.qkv.out",
+       "ref": ["model.layers.{1}.self_attn.q_proj.out", "l.{1}.k"], "cat_dim": -1}]})"));
   ASSERT_FALSE(r.could_not_judge.empty());
   EXPECT_EQ(r.could_not_judge.front(),
-            "map.json: map entry 1: test \"blocks.0.attention.qkv.out\" maps to ref \"l.0.q\", "
+            "map.json: map entry 1: test \"blocks.0.attention.qkv.out\" maps to ref \"l.0.k\", "
             "which ref does not hold");
+  // A match that names no ref tensor at all is no pair (`*` also matches submodules' tensors),
+  // and an entry left with no pair says so; ref's tensors are then unmapped, so still not a pass.
+  const Report none = judge(test, ref, nullptr, with_map(R"({"map": [
+      {"test": "blocks.*.attention.qkv.out", "ref": ["l.{1}.q", "l.{1}.k"], "cat_dim": -1}]})"));
+  EXPECT_TRUE(none.could_not_judge.empty());
+  EXPECT_NE(std::find(none.warnings.begin(), none.warnings.end(),
+                      "map.json: map entry 1 (test \"blocks.*.attention.qkv.out\") matched no "
+                      "tensor of test whose ref tensors exist (ref has no \"l.0.q\", for one)"),
+            none.warnings.end());
+  EXPECT_EQ(none.exit_code(), kCouldNotJudge);
 }
 
 TEST_F(FusedProjectionTest, ATestListFormsOneFusedRefTensor) {
@@ -368,6 +379,79 @@ TEST_F(FusedProjectionTest, ATransposedTestTensorIsReadThroughItsStrides) {
   EXPECT_EQ(r.tensors[0].verdict, VerdictKind::kPass) << r.tensors[0].reason;
   EXPECT_EQ(r.tensors[0].metrics->bits_differ, 0u) << "read back exactly as ref";
   EXPECT_EQ(r.tensors[0].tags.at("test_source"), "kt transposed");
+}
+
+// Tensor-parallel ranks against a single-process ref: a column-parallel output is sharded
+// along its last dim, a replicated one must agree on every rank.
+class RanksTest : public FusedProjectionTest {
+ protected:
+  // `ranks` traces: rank r holds columns [r * w, (r + 1) * w) of k, and all of q.
+  std::vector<Trace> rank_runs(std::size_t ranks, double q_bug_on_last = 0) {
+    std::vector<Trace> out;
+    const std::uint64_t w = kH / ranks;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      std::vector<double> piece;
+      for (std::uint64_t row = 0; row < kB * kT; ++row)
+        for (std::uint64_t j = r * w; j < (r + 1) * w; ++j)
+          piece.push_back(ref_["k"][row * kH + j]);
+      std::vector<double> q = ref_["q"];
+      if (r + 1 == ranks && q_bug_on_last != 0) q[5] *= 1 + q_bug_on_last;
+      out.push_back(run({{"k", make_buffer(DType::F32, {kB, kT, w}, piece)},
+                         {"q", make_buffer(DType::F32, {kB, kT, kH}, q)}}));
+    }
+    return out;
+  }
+  Trace single(DType dt, const std::map<std::string, std::vector<double>>& v) {
+    return run({{"k", make_buffer(dt, {kB, kT, kH}, v.at("k"))},
+                {"q", make_buffer(dt, {kB, kT, kH}, v.at("q"))}});
+  }
+};
+
+TEST_F(RanksTest, ShardsAreJudgedAsOneTensorAndReplicasMustAgree) {
+  const Trace ref = single(DType::F32, ref_), truth = single(DType::F64, truth_);
+  const char* map =
+      R"({"map": [{"ref": "k", "sharded_dim": -1}, {"ref": "q", "replicated": true}]})";
+  for (std::size_t ranks : {2u, 4u}) {
+    std::vector<Trace> runs = rank_runs(ranks);
+    std::vector<const Trace*> test;
+    for (const auto& t : runs) test.push_back(&t);
+    const Report r = judge(test, ref, &truth, with_map(map));
+    EXPECT_EQ(r.exit_code(), kAligned) << render_text(r);
+    EXPECT_EQ(result(r, "k").metrics->bits_differ, 0u) << "the shards read back as ref";
+    EXPECT_EQ(result(r, "k").tags.at("test_source"),
+              "k on ranks 0-" + std::to_string(ranks - 1) + " along dim -1");
+    // Without a map, k is taken as replicated: its ranks hold other columns, so it fails,
+    // and the message says how to declare the shards.
+    const Report plain = judge(test, ref, &truth, JudgeOptions{});
+    const TensorResult& k = result(plain, "k");
+    EXPECT_EQ(k.verdict, VerdictKind::kFail);
+    EXPECT_EQ(k.reason.rfind("replicated, but rank 1 differs from rank 0 in ", 0), 0u) << k.reason;
+    EXPECT_NE(k.reason.find("if the ranks hold pieces of it, say so in a map entry "
+                            "(\"sharded_dim\")"),
+              std::string::npos);
+  }
+}
+
+TEST_F(RanksTest, AReplicaThatDiffersFailsNamingTheRankAndElement) {
+  const Trace ref = single(DType::F32, ref_), truth = single(DType::F64, truth_);
+  std::vector<Trace> runs = rank_runs(2, 1e-3);
+  const Report r = judge({&runs[0], &runs[1]}, ref, &truth,
+                         with_map(R"({"map": [{"ref": "k", "sharded_dim": 2}]})"));
+  const TensorResult& q = result(r, "q");
+  EXPECT_EQ(q.verdict, VerdictKind::kFail);
+  EXPECT_EQ(q.reason.rfind("replicated, but rank 1 differs from rank 0 in 1 element(s), the first "
+                           "at (0, 0, 5): ",
+                           0),
+            0u)
+      << q.reason;
+  EXPECT_EQ(r.exit_code(), kNotAligned);
+}
+
+TEST(RankPathTest, NamedAsDistributedSaveNamesThem) {
+  EXPECT_EQ(rank_trace_path("out/run.safetensors", 3), "out/run.rank3.safetensors");
+  EXPECT_EQ(rank_trace_path("out/run", 0), "out/run.rank0.safetensors");
+  EXPECT_EQ(rank_trace_path("a.b/.hidden", 1), "a.b/.hidden.rank1.safetensors");
+  EXPECT_EQ(rank_trace_path("x.tar.st", 2), "x.tar.rank2.st");
 }
 
 }  // namespace
