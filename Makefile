@@ -74,7 +74,7 @@ test-sanitize: deps-apt
 
 # libFuzzer targets (clang): `make fuzz FUZZ_SECONDS=600` runs each; new inputs go to
 # build-fuzz/corpus, never into the checked-in seeds under fuzz/corpus.
-FUZZ_TARGETS := trace metadata rules report
+FUZZ_TARGETS := trace metadata rules report map
 FUZZ_SECONDS ?= 60
 build-fuzz: deps-apt
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DNUMALIGN_FUZZ=ON \

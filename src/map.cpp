@@ -247,36 +247,44 @@ TensorMap TensorMap::load(const std::string& path) {
 
 std::optional<std::vector<std::string_view>> glob_captures(std::string_view glob,
                                                            std::string_view name) {
+  if (!Glob(glob).match(name)) return std::nullopt;
+  // Characters as Glob reads them (a code point, or one byte that is not UTF-8), so '?' and
+  // the captures' ends agree with the matcher; `at` holds each character's byte offset.
+  static constexpr std::uint32_t kStar = 0xFFFFFFFE, kAny = 0xFFFFFFFF;
+  auto decode = [](std::string_view s, bool wildcards, std::vector<std::uint32_t>& units,
+                   std::vector<std::size_t>& at) {
+    for (std::size_t i = 0; i < s.size();) {
+      const detail::Utf8Char c = detail::next_char(s, i);
+      at.push_back(i);
+      const std::uint32_t u = !c.valid ? 0x110000u + static_cast<unsigned char>(s[i]) : c.cp;
+      units.push_back(wildcards && u == '*' ? kStar : wildcards && u == '?' ? kAny : u);
+      i += c.valid ? c.len : 1;
+    }
+    at.push_back(s.size());
+  };
+  std::vector<std::uint32_t> pat, text;
+  std::vector<std::size_t> pat_at, text_at;
+  decode(glob, true, pat, pat_at);
+  decode(name, false, text, text_at);
   // Backtracking over the stars, each as short as possible; `failed` remembers (pattern
   // position, name position) pairs that cannot match, so the search stays polynomial.
   std::vector<std::string_view> caps;
   std::set<std::pair<std::size_t, std::size_t>> failed;
-  auto utf8_len = [](unsigned char c) -> std::size_t {
-    return c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-  };
   auto match = [&](auto&& self, std::size_t p, std::size_t n) -> bool {
-    while (p < glob.size() && glob[p] != '*') {
-      if (n >= name.size()) return false;
-      if (glob[p] == '?') {
-        n += std::min(utf8_len(static_cast<unsigned char>(name[n])), name.size() - n);
-      } else if (glob[p] != name[n]) {
-        return false;
-      } else {
-        ++n;
-      }
-      ++p;
+    for (; p < pat.size() && pat[p] != kStar; ++p, ++n) {
+      if (n >= text.size() || (pat[p] != kAny && pat[p] != text[n])) return false;
     }
-    if (p == glob.size()) return n == name.size();
+    if (p == pat.size()) return n == text.size();
     if (failed.count({p, n})) return false;
-    for (std::size_t end = n; end <= name.size(); ++end) {
-      caps.push_back(name.substr(n, end - n));
+    for (std::size_t end = n; end <= text.size(); ++end) {
+      caps.push_back(name.substr(text_at[n], text_at[end] - text_at[n]));
       if (self(self, p + 1, end)) return true;
       caps.pop_back();
     }
     failed.insert({p, n});
     return false;
   };
-  if (!Glob(glob).match(name) || !match(match, 0, 0)) return std::nullopt;
+  if (!match(match, 0, 0)) return std::nullopt;
   return caps;
 }
 

@@ -83,6 +83,7 @@ def test_python_examples_run_in_order(tmp_path, monkeypatch, capsys):
     # The README's paths are relative to the repository root, where a reader runs them.
     monkeypatch.syspath_prepend(str(ROOT / "examples" / "transformer"))
     monkeypatch.syspath_prepend(str(ROOT / "examples" / "hf"))
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "two_implementations"))
     blocks = re.findall(r"```python\n(.*?)```(?:\n\nprints\n\n```\n(.*?)```)?",
                         (ROOT / "README.md").read_text(), flags=re.S)
     assert len(blocks) >= 2
