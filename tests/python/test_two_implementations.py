@@ -14,7 +14,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "two_implementations"))
+EXAMPLE = ROOT / "examples" / "two_implementations"
+sys.path.insert(0, str(EXAMPLE))
 import fused_llama  # noqa: E402
 import print_names  # noqa: E402
 
@@ -329,3 +330,43 @@ def test_in_bfloat16_only_layer_1s_k_projection_fails_forward(bf16):
     assert forward["inputs_aligned"] is True and forward["failing_inputs"] == []
     backward = report.first_divergence["backward"]
     assert backward is None or _upstream_of_layer_1_attention(backward["tensor"]), backward
+
+
+def test_demo_finds_layer_1s_k_projection_and_writes_the_html_report(tmp_path):
+    """examples/two_implementations/demo.py, run as a user runs it."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(EXAMPLE / "demo.py"), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "judged through map.json: 122 tensors" in out
+    assert "0 could not be judged" in out
+    lines = out.splitlines()
+    fails = [line.split()[2] for line in lines if line.startswith("  FAIL")]
+    assert fails[0] == "model.layers.1.self_attn.k_proj.out", out
+    assert [line.split()[2] for line in lines if line.startswith("  FAIL  forward")] == [
+        "model.layers.1.self_attn.k_proj.out"]
+    assert all(_upstream_of_layer_1_attention(n) for n in fails[1:]), out
+    assert "        test: blocks.1.attention.qkv.out[:, :, 64:96]" in out
+    assert ("  forward: model.layers.1.self_attn.k_proj.out (module "
+            "model.layers.1.self_attn.k_proj): its inputs pass: this module is the culprit") in out
+    assert out.rstrip().splitlines()[-1].startswith(
+        "as promised: the first forward failure should be model.layers.1.self_attn.k_proj.out")
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert html.lstrip().lower().startswith("<!doctype html") and \
+        "model.layers.1.self_attn.k_proj.out" in html
+
+
+def test_demo_exits_1_when_the_result_is_not_the_promised_one(monkeypatch, capsys):
+    """Told to expect the culprit in layer 0, the demo says the promise failed (exit 1)."""
+    import importlib.util
+
+    # by path, under a name of its own: examples/demo.py is another "demo"
+    spec = importlib.util.spec_from_file_location("two_implementations_demo", EXAMPLE / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+
+    monkeypatch.setattr(demo, "CULPRIT", "model.layers.0.self_attn.k_proj")
+    assert demo.main([]) == 1
+    assert "NOT as promised" in capsys.readouterr().out
