@@ -2,9 +2,11 @@
 item 4: HF's Llama (the reference) and FusedLlama, a re-implementation with fused QKV and
 gate/up projections, compute the same function; map.json pairs every tensor of HF's run
 with the re-implementation's (or says why not); a planted bug makes exactly one layer's k
-projection wrong. Judging through ``--map`` is tested where the core's map lands; here the
-map is checked with the example's Python stand-in for the core's matcher (print_names.py:
-fnmatch-style globs, ``*`` any run of characters; the core's matcher replaces it)."""
+projection wrong. The map is checked and applied by the core (``numalign.judge(...,
+map=...)``, src/map.cpp) and nowhere else: print_names.py judges the float64 runs through
+it and prints the report's pairing problems."""
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -12,7 +14,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "two_implementations"))
+EXAMPLE = ROOT / "examples" / "two_implementations"
+sys.path.insert(0, str(EXAMPLE))
 import fused_llama  # noqa: E402
 import print_names  # noqa: E402
 
@@ -39,7 +42,12 @@ def buggy_runs():
 
 @pytest.fixture(scope="module")
 def mapping():
-    return print_names.load_map()
+    return json.loads(print_names.MAP_PATH.read_text())
+
+
+def _backward(name: str) -> bool:
+    """Whether trace_model recorded ``name`` in the backward pass (a gradient)."""
+    return re.search(r"(^|\.)grad(_out)?(\.|$)", name) is not None
 
 
 def test_the_models_are_built_as_the_example_says():
@@ -86,58 +94,94 @@ def test_float64_parameter_gradients_match_hf_after_concatenation(runs):
     assert test["grad.param.blocks.0.attention.qkv.weight"].abs().max() > 0
 
 
+def _pairing(report):
+    """The report's pairing problems, each kind apart."""
+    return {"not mapped": [t["name"] for t in report.tensors
+                           if (t.get("reason") or "").startswith("not mapped")],
+            "errors": [t["name"] for t in report.tensors if t["verdict"] == "error"],
+            "only in test": [w for w in report.warnings if "only in test" in w],
+            "matched nothing": [w for w in report.warnings if "matched no tensor" in w],
+            "could not judge": report.could_not_judge}
+
+
+NO_PROBLEMS = {"not mapped": [], "errors": [], "only in test": [], "matched nothing": [],
+               "could not judge": []}
+
+
 def test_the_map_covers_every_hf_tensor_and_uses_every_fused_one(runs, mapping):
+    """Through the core's map (print_names judges the float64 runs with it): every ref
+    tensor is mapped or ignored with a reason (fail closed), every test tensor is used or
+    ignored, every entry matches something."""
     test, ref = runs
-    result = print_names.check_map(mapping, test, ref)
-    assert result["missing"] == []            # every match names tensors that exist
-    assert result["conflicts"] == {}          # no ref tensor claimed by two entries
-    assert result["unmatched_entries"] == []  # every entry matches something
-    assert result["uncovered"] == []          # every ref tensor mapped or ignored (fail closed)
-    assert result["unused_test"] == []        # leftovers of the re-implementation: none
-    # each ignore has a reason, and leaves out only what it is written for
+    report = print_names.judge_float64(test, ref)
+    assert _pairing(report) == NO_PROBLEMS, str(report)
+    assert print_names.pairing_problems(report) == []
     assert all(ig.get("reason", "").strip() for ig in mapping["ignore"])
-    ignored = sorted(n for names in result["ignored"].values() for n in names)
-    kinds = sorted({n.split(".", 3)[-1] if n.startswith("model.layers.") else n for n in ignored})
-    assert len(ignored) == 4 + 2 * 18  # the rotary tables, then 18 of each layer's
-    assert kinds == sorted([
-        "model.rotary_emb.in.0", "model.rotary_emb.in.1.position_ids", "model.rotary_emb.out.0",
-        "model.rotary_emb.out.1",
-        "in.1.attention_mask", "in.1.position_embeddings.0", "in.1.position_embeddings.1",
-        "in.1.position_ids",
-        "mlp.act_fn.grad", "mlp.act_fn.grad_out", "mlp.act_fn.in", "mlp.act_fn.out",
-        "mlp.gate_proj.grad", "mlp.up_proj.grad",
-        "self_attn.in.attention_mask", "self_attn.in.position_embeddings.0",
-        "self_attn.in.position_embeddings.1", "self_attn.in.position_ids", "self_attn.k_proj.grad",
-        "self_attn.out.1", "self_attn.q_proj.grad", "self_attn.v_proj.grad"])
-    assert sorted(n for names in result["ignored_test"].values() for n in names) == [
-        f"blocks.{i}.{m}.grad" for i in range(2) for m in ("attention.qkv", "mlp.gate_up")]
+    # what the ignores leave out, by the core's count: the rotary tables, then 18 of each
+    # layer's (4 keyword inputs, 4 of self_attn's inputs, the attention probabilities, 5
+    # gradients that are parts of a sum, act_fn's 4)
+    left_out = {w.split('"')[1]: int(w.split()[4]) for w in report.warnings
+                if w.startswith("the map leaves out")}
+    assert left_out == {
+        "model.rotary_emb.*": 4, "model.layers.*.in.1.*": 8,
+        "model.layers.*.self_attn.in.attention_mask": 2,
+        "model.layers.*.self_attn.in.position_ids": 2,
+        "model.layers.*.self_attn.in.position_embeddings.*": 4,
+        "model.layers.*.self_attn.out.1": 2,
+        "model.layers.*.self_attn.q_proj.grad": 2, "model.layers.*.self_attn.k_proj.grad": 2,
+        "model.layers.*.self_attn.v_proj.grad": 2, "model.layers.*.mlp.gate_proj.grad": 2,
+        "model.layers.*.mlp.up_proj.grad": 2, "model.layers.*.mlp.act_fn.*": 8}
+    assert sum(left_out.values()) == 4 + 2 * 18
+    assert len(report.tensors) == len(ref) - 40  # every other ref tensor is judged
 
 
 @pytest.mark.parametrize("layers", [1, 3])
-def test_the_map_works_for_any_number_of_layers(layers, mapping):
+def test_the_map_works_for_any_number_of_layers(layers):
     test, ref = print_names.traces(layers)
-    result = print_names.check_map(mapping, test, ref)
-    assert (result["missing"], result["conflicts"], result["uncovered"], result["unused_test"],
-            result["unmatched_entries"]) == ([], {}, [], [], [])
+    report = print_names.judge_float64(test, ref)
+    assert _pairing(report) == NO_PROBLEMS, str(report)
+    assert report.aligned, str(report)
+    assert len(report.tensors) == len(ref) - 4 - 18 * layers
 
 
-def test_every_pair_the_map_makes_is_equal_in_float64(runs, mapping):
-    """The map is right, not just complete: every ref tensor it maps equals the test
-    tensor (or piece) it names, to 1e-12, forward and backward."""
+def test_the_map_check_names_what_is_wrong_with_a_broken_map(runs, mapping, tmp_path):
+    """print_names reports, from the core's report, a ref tensor no entry maps, a test
+    tensor nothing uses and an entry that matches nothing."""
+    broken = dict(mapping, map=[e for e in mapping["map"] if e["test"] != "blocks.*.mlp.out"]
+                  + [{"test": "blocks.*.nothing", "ref": "model.layers.{1}.nothing"}])
     test, ref = runs
-    pairs = print_names.mapped_tensors(mapping, test, ref)
-    assert len(pairs) == len(ref) - 40  # 40 ignored
-    worst = {name: rel(t, ref[name]) for name, (t, _) in pairs.items()
-             if t.dtype == ref[name].dtype and t.shape == ref[name].shape}
-    assert len(worst) == len(pairs), sorted(set(pairs) - set(worst))
-    assert {n: r for n, r in worst.items() if r >= TOL} == {}
-    # the fused pieces, read where they lie
-    assert pairs["model.layers.0.self_attn.k_proj.out"][1] == \
-        "blocks.0.attention.qkv.out[64:96 on dim -1]"
-    assert pairs["model.layers.1.mlp.up_proj.grad_out"][1] == \
-        "blocks.1.mlp.gate_up.grad_out[128:256 on dim -1]"
-    assert pairs["grad.param.model.layers.1.self_attn.v_proj.weight"][1] == \
-        "grad.param.blocks.1.attention.qkv.weight[96:128 on dim 0]"
+    report = print_names.judge_float64(test, ref, broken)
+    pairing = _pairing(report)
+    assert pairing["not mapped"] == ["model.layers.0.mlp.out", "model.layers.1.mlp.out"]
+    assert pairing["only in test"] == [
+        "2 tensor(s) only in test, not judged: blocks.0.mlp.out, ..."]
+    assert len(pairing["matched nothing"]) == 1 and \
+        '(test "blocks.*.nothing") matched no tensor of test' in pairing["matched nothing"][0]
+    assert report.exit_code == 2
+    assert len(print_names.pairing_problems(report)) == 4
+
+
+def test_every_pair_the_map_makes_agrees_in_float64(runs):
+    """The map is right, not just complete: every ref tensor it maps agrees with the test
+    tensor (or piece) it names to 1e-10 absolute (print_names.FLOAT64_RULE: the forward pass
+    is bit for bit HF's, the backward pass's reordered sums differ by < 3e-14 on tensors up
+    to ~80), forward and backward; the fused pieces are read where they lie."""
+    test, ref = runs
+    report = print_names.judge_float64(test, ref)
+    assert report.aligned and report.exit_code == 0, str(report)
+    assert report.summary["failed"] == 0 and report.summary["errors"] == 0
+    assert {t["rule"] for t in report.tensors} == {print_names.FLOAT64_RULE}
+    source = {t["name"]: t.get("test_source") for t in report.tensors}
+    assert source["model.layers.0.self_attn.k_proj.out"] == \
+        "blocks.0.attention.qkv.out[:, :, 64:96]"
+    assert source["model.layers.1.mlp.up_proj.grad_out"] == \
+        "blocks.1.mlp.gate_up.grad_out[:, :, 128:256]"
+    assert source["grad.param.model.layers.1.self_attn.v_proj.weight"] == \
+        "grad.param.blocks.1.attention.qkv.weight[96:128]"
+    # the forward pass is HF's bit for bit; only backward tensors differ at all
+    differing = [t["name"] for t in report.tensors if t["max_abs_ref"]]
+    assert differing and all(_backward(n) for n in differing), differing
+    assert max(t["max_abs_ref"] for t in report.tensors) < 1e-12
 
 
 def test_what_the_map_ignores_as_a_sum_is_that_sum(runs):
@@ -172,15 +216,20 @@ def test_a_planted_k_bug_makes_only_that_layers_k_slice_wrong(runs, buggy_runs):
     assert rel(v, ref[f"{layer}.v_proj.out"]) < TOL
     assert abs(rel(k, ref[f"{layer}.k_proj.out"]) - 3e-2) < 1e-6
     assert rel(k, 1.03 * ref[f"{layer}.k_proj.out"]) < TOL
-    # Through the map, in HF's execution order: the first of HF's tensors whose counterpart
-    # differs is layer 1's k_proj.out; every one before it (layer 0 whole, layer 1's
-    # q_proj.out) equals HF's to 1e-12, and so do layer 1's q_proj.out and v_proj.out.
-    pairs = print_names.mapped_tensors(print_names.load_map(), test, ref)
-    wrong = [n for n in ref.metadata["order"] if n in pairs and rel(pairs[n][0], ref[n]) >= TOL]
-    assert wrong[0] == f"{layer}.k_proj.out"
+    # Through the map (the core's judgement, float64 against float64): the first of HF's
+    # tensors, in its execution order, whose counterpart disagrees is layer 1's k_proj.out;
+    # every one before it (layer 0 whole, layer 1's q_proj.out) agrees, and so does layer
+    # 1's v_proj.out, the qkv output's last third.
+    report = print_names.judge_float64(test, ref)
+    assert print_names.pairing_problems(report) == []
+    wrong = {t["name"] for t in report.tensors if t["verdict"] == "fail"}
+    order = [n for n in ref.metadata["order"] if n in {t["name"] for t in report.tensors}]
+    assert [n for n in order if n in wrong][0] == f"{layer}.k_proj.out"
     assert f"{layer}.q_proj.out" not in wrong and f"{layer}.v_proj.out" not in wrong
-    before = ref.metadata["order"][:ref.metadata["order"].index(wrong[0])]
-    assert sum(n.startswith("model.layers.0.") and n in pairs for n in before) > 20
+    before = order[:order.index(f"{layer}.k_proj.out")]
+    assert sum(n.startswith("model.layers.0.") for n in before) > 20
+    assert report.first_divergence["forward"]["tensor"] == f"{layer}.k_proj.out"
+    assert report.first_divergence["forward"]["inputs_aligned"] is True
     # ...and everything after it that depends on it is wrong.
     assert rel(test["blocks.1.attention.out"], ref[f"{layer}.out.0"]) > 1e-6
     assert rel(test["out.logits"], ref["out.logits"]) > 1e-6
@@ -212,30 +261,112 @@ def test_print_names_lists_both_runs_and_says_the_map_is_complete(capsys):
     assert "test (FusedLlama): 99 tensors" in out
     assert "  model.layers.1.self_attn.k_proj.out  (2, 16, 32)" in out
     assert "  blocks.1.attention.qkv.out  (2, 16, 128)" in out
-    assert out.rstrip().endswith("complete")
+    assert out.rstrip().endswith("complete, every pair agrees")
+    assert "pairing:" not in out and "disagrees:" not in out
 
 
-def test_in_bfloat16_through_the_map_only_the_planted_bug_stands_out(mapping):
-    """What ``numalign judge --map`` will be asked to see, approximated here by the rmse
-    rule's inequality alone (error <= 3 * baseline + tol / 10 against the float64 truth; no
-    fast path, no small-tensor multipliers): the clean re-implementation in bf16 is as close
-    to the truth as HF in bf16 on every tensor the map pairs, and with the planted bug the
-    first of HF's tensors (in its execution order) that fails is layer 1's k_proj.out."""
+# The tensors the planted k bug may fail in bf16 besides k_proj.out itself: gradients that
+# flow back through the scaled k slice. Layer 1's q_proj.grad_out is dscores @ k, with k 3%
+# too large (it fails: ratio ~3.2 against 3), and its weight's gradient follows from it
+# (~3.03, on the line); k_proj's own, the attention input's, and anything of layer 0 or the
+# embedding upstream may follow. Nothing forward after k_proj.out fails in bf16: a 3% larger
+# k moves the attention scores by less than bf16's rounding does.
+BACKWARD_AFTER_K = {
+    "model.layers.1.self_attn.q_proj.grad_out", "model.layers.1.self_attn.k_proj.grad_out",
+    "grad.param.model.layers.1.self_attn.q_proj.weight",
+    "grad.param.model.layers.1.self_attn.k_proj.weight",
+    "model.layers.1.self_attn.grad.hidden_states", "model.layers.1.input_layernorm.grad_out",
+    "model.layers.1.input_layernorm.grad", "grad.param.model.layers.1.input_layernorm.weight",
+    "model.layers.1.grad.0"}
+
+
+def _upstream_of_layer_1_attention(name):
+    return name in BACKWARD_AFTER_K or (_backward(name) and (
+        "layers.0." in name or "embed_tokens" in name))
+
+
+@pytest.fixture(scope="module")
+def bf16():
+    """(truth, ref, clean, buggy): HF in float64 and bf16, FusedLlama in bf16 with and
+    without plant_bug(layer 1, "k")."""
     from numalign.capture import trace_model
 
     hf, x = fused_llama.reference_llama(), fused_llama.example_inputs()
-    truth, ref = trace_model(hf, x, torch.float64), trace_model(hf, x, torch.bfloat16)
-
-    def rmse(a, b):
-        return (a.double() - b.double()).pow(2).mean().sqrt().item()
-
-    def failing(test):
-        pairs = print_names.mapped_tensors(mapping, test, ref)
-        return [n for n in ref.metadata["order"] if n in pairs and ref[n].is_floating_point()
-                and rmse(pairs[n][0], truth[n]) > 3 * rmse(ref[n], truth[n]) + 1e-5]
-
     clean, buggy = fused_llama.from_hf(hf), fused_llama.from_hf(hf)
     fused_llama.plant_bug(buggy, 1, "k")
-    assert failing(trace_model(clean, x, torch.bfloat16)) == []
-    wrong = failing(trace_model(buggy, x, torch.bfloat16))
-    assert wrong[0] == "model.layers.1.self_attn.k_proj.out", wrong
+    return (trace_model(hf, x, torch.float64), trace_model(hf, x, torch.bfloat16),
+            trace_model(clean, x, torch.bfloat16), trace_model(buggy, x, torch.bfloat16))
+
+
+def test_in_bfloat16_the_clean_reimplementation_is_aligned(bf16):
+    import numalign
+
+    truth, ref, clean, _ = bf16
+    report = numalign.judge(clean, ref, truth, map=str(print_names.MAP_PATH))
+    assert report.aligned and report.exit_code == 0, str(report)
+    assert print_names.pairing_problems(report) == []
+    assert len(report.tensors) == len(ref) - 40
+
+
+def test_in_bfloat16_only_layer_1s_k_projection_fails_forward(bf16):
+    """test = the buggy FusedLlama in bf16, ref = HF in bf16, truth = HF in float64,
+    through the map: the only forward failure is layer 1's k_proj.out, read from the qkv
+    output's second part, and the first divergence puts the blame on k_proj itself."""
+    import numalign
+
+    truth, ref, _, buggy = bf16
+    report = numalign.judge(buggy, ref, truth, map=str(print_names.MAP_PATH))
+    assert not report.aligned and report.exit_code == 1, str(report)
+    assert print_names.pairing_problems(report) == []
+    failing = [t["name"] for t in report.tensors if t["verdict"] != "pass"]
+    assert [n for n in failing if not _backward(n)] == ["model.layers.1.self_attn.k_proj.out"]
+    assert all(_upstream_of_layer_1_attention(n) for n in failing if _backward(n)), failing
+    k = report["model.layers.1.self_attn.k_proj.out"]
+    assert k["verdict"] == "fail" and k["test_source"] == "blocks.1.attention.qkv.out[:, :, 64:96]"
+    assert "test: blocks.1.attention.qkv.out[:, :, 64:96]" in str(report)
+    forward = report.first_divergence["forward"]
+    assert forward["tensor"] == "model.layers.1.self_attn.k_proj.out"
+    assert forward["module"] == "model.layers.1.self_attn.k_proj"
+    assert forward["inputs_aligned"] is True and forward["failing_inputs"] == []
+    backward = report.first_divergence["backward"]
+    assert backward is None or _upstream_of_layer_1_attention(backward["tensor"]), backward
+
+
+def test_demo_finds_layer_1s_k_projection_and_writes_the_html_report(tmp_path):
+    """examples/two_implementations/demo.py, run as a user runs it."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(EXAMPLE / "demo.py"), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "judged through map.json: 122 tensors" in out
+    assert "0 could not be judged" in out
+    lines = out.splitlines()
+    fails = [line.split()[2] for line in lines if line.startswith("  FAIL")]
+    assert fails[0] == "model.layers.1.self_attn.k_proj.out", out
+    assert [line.split()[2] for line in lines if line.startswith("  FAIL  forward")] == [
+        "model.layers.1.self_attn.k_proj.out"]
+    assert all(_upstream_of_layer_1_attention(n) for n in fails[1:]), out
+    assert "        test: blocks.1.attention.qkv.out[:, :, 64:96]" in out
+    assert ("  forward: model.layers.1.self_attn.k_proj.out (module "
+            "model.layers.1.self_attn.k_proj): its inputs pass: this module is the culprit") in out
+    assert out.rstrip().splitlines()[-1].startswith(
+        "as promised: the first forward failure should be model.layers.1.self_attn.k_proj.out")
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert html.lstrip().lower().startswith("<!doctype html") and \
+        "model.layers.1.self_attn.k_proj.out" in html
+
+
+def test_demo_exits_1_when_the_result_is_not_the_promised_one(monkeypatch, capsys):
+    """Told to expect the culprit in layer 0, the demo says the promise failed (exit 1)."""
+    import importlib.util
+
+    # by path, under a name of its own: examples/demo.py is another "demo"
+    spec = importlib.util.spec_from_file_location("two_implementations_demo", EXAMPLE / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+
+    monkeypatch.setattr(demo, "CULPRIT", "model.layers.0.self_attn.k_proj")
+    assert demo.main([]) == 1
+    assert "NOT as promised" in capsys.readouterr().out
