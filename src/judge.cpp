@@ -86,10 +86,12 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
       judged.push_back(t);
     }
   }
-  if (!extra.empty()) {
-    report.warnings.push_back(std::to_string(extra.size()) +
-                              " tensor(s) only in test, not judged: " + extra.front() +
-                              (extra.size() > 1 ? ", ..." : ""));
+  if (!extra.empty()) {  // the first few by name: a long list would bury the other warnings
+    const std::vector<std::string> shown(extra.begin(),
+                                         extra.begin() + std::min<std::size_t>(extra.size(), 5));
+    report.warnings.push_back(
+        std::to_string(extra.size()) + " tensor(s) only in test, not judged: " +
+        detail::joined(shown, ", ") + (extra.size() > shown.size() ? ", ..." : ""));
   }
   return judge_pairs(judged, options, progress, detail::PagePopulator(mapped), std::move(report));
 }

@@ -686,16 +686,20 @@ void Pairer::pair(const std::vector<std::string>& only) {
                        " maps it, no ignore covers it, and test has no tensor of that name";
     }
   }
+  for (const auto& e : test_.entries()) {
+    if (used_test_.count(e.name) || !selected_by(only, e.name)) continue;
+    if (std::size_t which; ignored(false, e.name, &which)) {
+      ++ignored_count[which];
+      continue;
+    }
+    out_.triples.emplace_back(e.name, &e.view, nullptr);
+  }
+  // Every ignore, with what it left out and why: the report shows what was not judged.
   for (std::size_t i = 0; i < map_.ignore.size(); ++i) {
     const MapIgnore& ig = map_.ignore[i];
-    if (!ig.ref_side) continue;
     out_.warnings.push_back("the map leaves out " + std::to_string(ignored_count[i]) +
-                            " tensor(s) of ref matching " + in_quotes(ig.glob) +
-                            ", not judged: " + ig.reason);
-  }
-  for (const auto& e : test_.entries()) {
-    if (used_test_.count(e.name) || ignored(false, e.name) || !selected_by(only, e.name)) continue;
-    out_.triples.emplace_back(e.name, &e.view, nullptr);
+                            " tensor(s) of " + (ig.ref_side ? "ref" : "test") + " matching " +
+                            in_quotes(ig.glob) + ", not judged: " + ig.reason);
   }
 }
 

@@ -195,7 +195,16 @@ std::string divergence_line(const char* direction, const std::optional<Divergenc
 }  // namespace
 
 std::string divergence_text(const FirstDivergence& d) {
-  return divergence_line("forward", d.forward) + divergence_line("backward", d.backward);
+  std::string text =
+      divergence_line("forward", d.forward) + divergence_line("backward", d.backward);
+  // Backward computes from the forward pass's saved tensors: a module whose own inputs pass
+  // backward may still be handed wrong saved activations by a forward culprit.
+  if (d.forward && d.forward->inputs_aligned == true && d.backward) {
+    text +=
+        "  (backward runs on the forward pass's saved tensors: after a forward culprit, a "
+        "backward divergence may be its consequence; fix forward first)\n";
+  }
+  return text;
 }
 
 // "modules in isolation ...": the ranking, worst first, ahead of everything else.
