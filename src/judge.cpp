@@ -10,6 +10,7 @@
 #include "format.hpp"
 #include "metrics_internal.hpp"
 #include "numalign/divergence.hpp"
+#include "numalign/op_sequence.hpp"
 #include "page_populator.hpp"
 #include "parallel.hpp"
 
@@ -451,6 +452,7 @@ Report judge(const Trace& test, const Trace& ref, const Trace* truth, const Judg
     mapped.insert(mapped.end(), more.begin(), more.end());
   }
   Report report = judge_tensors(triples, options, progress, mapped);
+  mark_unpaired_ops(test, ref, truth, report);  // ops of runs whose op sequences differ
   report.title = title_of(test, ref, truth);
   if (truth) {
     std::size_t missing = 0;
