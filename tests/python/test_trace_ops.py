@@ -38,11 +38,14 @@ def _(x, w, accumulate):
 
 def _setup(ctx, inputs, output):
     ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.accumulate = inputs[2]
 
 
 def _backward(ctx, grad):
+    """The input's gradient by the same kernel (in bf16 for accumulate="bf16-backward")."""
     x, w = ctx.saved_tensors
-    return grad @ w, grad.T @ x, None
+    accumulate = "bf16" if ctx.accumulate == "bf16-backward" else "fp32"
+    return matmul(grad, w.t(), accumulate), grad.T @ x, None
 
 
 matmul.register_autograd(_backward, setup_context=_setup)
@@ -241,6 +244,23 @@ def test_the_one_matmul_that_accumulates_in_bf16_is_named_not_its_neighbours():
         (Residual(KernelMLP(accumulate=("fp32", "bf16"))), torch.bfloat16),
         (Residual(KernelMLP()), torch.bfloat16), (Residual(KernelMLP()), torch.float64))])
     assert coarse.first_divergence["forward"]["tensor"] == "mlp.out"
+
+
+def test_a_kernel_wrong_only_in_backward_is_named_in_the_backward_pass():
+    x = (torch.randn(16, 32, generator=torch.Generator().manual_seed(2)),)
+    test, ref, truth = [trace_ops(Residual(KernelMLP(accumulate=acc)), x, d, modules=["mlp"])
+                        for acc, d in ((("bf16-backward", "fp32"), torch.bfloat16),
+                                       (("fp32", "fp32"), torch.bfloat16),
+                                       (("fp32", "fp32"), torch.float64))]
+    kernels = [n for n in ops_of(ref, "op-grad") if "numalign_test.matmul" in n]
+    assert len(kernels) == 2  # the input gradients of matmul #2, then of matmul #0
+    report = numalign.judge(test, ref, truth)
+    assert report.first_divergence["forward"] is None
+    backward = report.first_divergence["backward"]
+    assert backward["tensor"] == kernels[1], str(report)
+    assert backward["op"] == "numalign_test.matmul" and backward["inputs_aligned"] is True
+    assert report[kernels[0]]["verdict"] == "pass"
+    assert report["mlp.grad"]["verdict"] == "fail"  # inherited from the op
 
 
 class MmThenAdd(torch.nn.Module):
