@@ -137,6 +137,9 @@ class OpRecorder(ModuleRecorder):
                 for t in outs:
                     self._names[t] = source
         if key is None:
+            if not (func.is_view or name in _STANDS_FOR_INPUT):
+                for t in outs:  # changed in place by code no module runs: no longer it
+                    self._names.pop(t, None)
             return
         if not backward:
             self._pending.extend((t, key) for t in outs)

@@ -3,6 +3,7 @@ the selected modules, forward and backward, named by module call and place in it
 sequence, with what each was computed from; the judge names the first op that fails while
 its inputs pass, pairs runs of the same code op by op, and where two implementations' op
 sequences differ says where they stop matching instead of judging one op against another."""
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -149,6 +150,27 @@ def test_each_op_lists_the_recorded_tensors_it_was_computed_from():
     assert any(i in backward for i in inputs[threshold[0]])
 
 
+def test_a_parameter_used_twice_has_the_sum_of_its_two_gradients_as_its_gradient():
+    class Shared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.fc(x)))
+
+    t = trace_ops(Model(Shared()), (x_input(),), torch.float32, modules=["block"])
+    inputs = t.metadata["inputs"]
+    # Autograd sums the two uses' gradients while the node of the second is current: the sum
+    # is the module's op, and the parameter's gradient is its result.
+    total = inputs["grad.param.block.fc.weight"]
+    assert len(total) == 1 and t.metadata["tags"][total[0]]["op"] == "aten.add"
+    assert sorted(inputs[total[0]]) == ["block/grad/aten.mm#1", "block/grad/aten.mm#5"]
+    single = trace_ops(Model(), (x_input(),), torch.float32, modules=["block"])
+    assert single.metadata["inputs"]["grad.param.block.fc2.weight"] == ["block/grad/aten.mm#1"]
+
+
 def test_nested_modules_own_their_ops_and_a_second_call_gets_its_index():
     class Twice(torch.nn.Module):
         def __init__(self):
@@ -261,6 +283,23 @@ def test_a_kernel_wrong_only_in_backward_is_named_in_the_backward_pass():
     assert backward["op"] == "numalign_test.matmul" and backward["inputs_aligned"] is True
     assert report[kernels[0]]["verdict"] == "pass"
     assert report["mlp.grad"]["verdict"] == "fail"  # inherited from the op
+
+
+def test_op_traces_streamed_to_files_judge_the_same_in_the_cli(tmp_path, cli):
+    x = (torch.randn(16, 32, generator=torch.Generator().manual_seed(2)),)
+    paths = []
+    for role, acc, d in (("test", ("fp32", "bf16"), torch.bfloat16),
+                         ("ref", ("fp32", "fp32"), torch.bfloat16),
+                         ("truth", ("fp32", "fp32"), torch.float64)):
+        paths.append(tmp_path / f"{role}.safetensors")
+        trace_ops(Residual(KernelMLP(accumulate=acc)), x, d, modules=["mlp"], save_to=paths[-1])
+    proc = cli("judge", *paths)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("first divergence, forward: mlp/numalign_test.matmul#2 (module mlp, op "
+            "numalign_test.matmul): its inputs pass, so this op is the culprit") in proc.stdout
+    proc = cli("judge", *paths, "--format", "json")
+    forward = json.loads(proc.stdout)["first_divergence"]["forward"]
+    assert forward["op"] == "numalign_test.matmul" and forward["inputs_aligned"] is True
 
 
 class MmThenAdd(torch.nn.Module):
