@@ -223,7 +223,8 @@ class NormThenBlock(torch.nn.Module):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_runs_of_the_same_code_pair_op_by_op_with_their_float64_truth(dtype):
     model, x = NormThenBlock(), (x_input(),)
-    runs = [trace_ops(model, x, d, modules=["norm", "block"]) for d in (dtype, dtype, torch.float64)]
+    runs = [trace_ops(model, x, d, modules=["norm", "block"])
+            for d in (dtype, dtype, torch.float64)]
     truth = runs[2]
     # Casts (x.to(float32) and back) are not recorded: the truth, kept float64, skips some.
     assert truth.metadata["order"] == runs[0].metadata["order"]
@@ -319,7 +320,8 @@ def test_where_two_implementations_run_other_ops_the_report_says_where_they_stop
     test_model = Model(MmThenAdd(ref_model.block))
     x = (x_input(),)
     test = trace_ops(test_model, x, torch.float32, modules=["block"])
-    ref, truth = (trace_ops(ref_model, x, d, modules=["block"]) for d in (torch.float32, torch.float64))
+    ref, truth = (trace_ops(ref_model, x, d, modules=["block"])
+                  for d in (torch.float32, torch.float64))
     assert ops_of(test, "op")[:3] == ["block/aten.mm#0", "block/aten.add#1", "block/aten.relu#2"]
     report = numalign.judge(test, ref, truth)
     assert ("op sequences of block stop matching at #0: ref aten.addmm, test aten.mm; the 3 ops "
