@@ -12,8 +12,9 @@ autograd node running them (``torch._C._current_autograd_node()`` against the no
 forward op's outputs got). Autograd sums the gradients of a tensor used several times while
 the node that produced one of them is current: that sum is recorded with that node's module
 (``mlp/grad/aten.add#5`` after ``mlp.grad`` when the module's input is also used outside it),
-alike in every run of the same code. Ops of nodes no selected module created (parameters'
-gradient accumulation, code outside the modules) are not recorded.
+alike in every run of the same code; a parameter used twice has that sum as its gradient.
+Ops of nodes no selected module created (AccumulateGrad's, those of code outside the
+modules) are not recorded.
 
 Not recorded, as they compute nothing: views (``func.is_view``: view, t, transpose, expand,
 slice, ...), ``detach``, ``alias``, ``clone``, ``_unsafe_view``, ``copy_`` and casts
