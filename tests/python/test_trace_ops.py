@@ -389,3 +389,16 @@ def test_a_hugging_face_llama_mlp_op_by_op_with_keyword_inputs():
     report = numalign.judge(*runs)
     assert report.aligned, str(report)
     assert not any("stop matching" in w for w in report.warnings)
+
+
+def test_a_whole_llama_layer_pairs_op_by_op_with_its_float64_truth():
+    """Norms that cast to float32, rotary embeddings, the cache update, CPU flash attention:
+    the bf16 runs and the float64 truth run the same ops."""
+    model, ids = llama(), hf_inputs()
+    runs = [trace_ops(model, ids, d, modules=["model.layers.0"])
+            for d in (torch.bfloat16, torch.bfloat16, torch.float64)]
+    assert len(ops_of(runs[1])) > 100
+    assert ops_of(runs[1]) == ops_of(runs[2])
+    report = numalign.judge(*runs)
+    assert report.aligned, str(report)
+    assert not any("stop matching" in w for w in report.warnings)
