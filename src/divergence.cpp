@@ -23,13 +23,17 @@ const std::string* tag(const TraceMetadata& meta, const std::string& tensor, con
 std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
                                                      const Report& report) {
   std::unordered_map<std::string_view, VerdictKind> verdict;
-  for (const auto& r : report.tensors) verdict.emplace(r.name, r.verdict);
+  // An op that could not be paired (op sequences differ) is not judged: neither a
+  // divergence nor an input known to pass.
+  for (const auto& r : report.tensors)
+    if (!r.tags.count("unpaired")) verdict.emplace(r.name, r.verdict);
   auto failed = [&](const std::string& n) {
     const auto it = verdict.find(n);
     return it != verdict.end() && it->second != VerdictKind::kPass;
   };
-  // Forward: what modules received and produced; backward: the gradients they received
-  // and passed on. Everything recorded before the first failure passed.
+  // Forward: what modules received and produced (and, recorded op by op, what each op
+  // produced); backward: the gradients they received and passed on (and each op's).
+  // Everything recorded before the first failure passed.
   auto first_failing = [&](std::initializer_list<std::string_view> kinds,
                            bool& any) -> std::optional<DivergencePoint> {
     for (const auto& n : ref.order) {
@@ -44,6 +48,7 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
       const std::string* by = tag(ref, n, "producer");
       if (!by) by = tag(ref, n, "module");
       if (by) p.module = *by;
+      if (const std::string* op = tag(ref, n, "op")) p.op = *op;
       if (const auto in = ref.inputs.find(n); in != ref.inputs.end()) {
         // An input the judge never saw (not in the traces) cannot be called aligned.
         bool known = true;
@@ -62,10 +67,11 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
   };
   bool any_forward = false, any_backward = false;
   FirstDivergence d;
-  d.forward = first_failing({"input", "output"}, any_forward);
+  d.forward = first_failing({"input", "output", "op"}, any_forward);
   // A parameter's gradient is computed by its module from the gradient it received, as the
   // gradient it passes upstream is: a wrong weight gradient alone makes its module the culprit.
-  d.backward = first_failing({"grad-output", "grad", "param-grad", "input-grad"}, any_backward);
+  d.backward =
+      first_failing({"grad-output", "grad", "param-grad", "input-grad", "op-grad"}, any_backward);
   if (!any_forward && !any_backward) return std::nullopt;
   return d;
 }

@@ -11,6 +11,7 @@
 #include "metrics_internal.hpp"
 #include "numalign/divergence.hpp"
 #include "numalign/map.hpp"
+#include "numalign/op_sequence.hpp"
 #include "page_populator.hpp"
 #include "parallel.hpp"
 
@@ -468,6 +469,7 @@ Report judge(const std::vector<const Trace*>& test_ranks, const Trace& ref, cons
     mapped.insert(mapped.end(), more.begin(), more.end());
   }
   Report report = judge_tensors(triples, options, progress, mapped);
+  mark_unpaired_ops(test, ref, truth, report);  // ops of runs whose op sequences differ
   report.title = title_of(test, ref, truth);
   if (test_ranks.size() > 1 && !report.title.empty()) {
     const std::size_t eol = report.title.find('\n');

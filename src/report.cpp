@@ -182,9 +182,12 @@ std::string divergence_line(const char* direction, const std::optional<Divergenc
   std::string line = std::string("first divergence, ") + direction + ": ";
   if (!p) return line + "none (every tensor passes)\n";
   line += printable(p->tensor) + " (module " +
-          (p->module.empty() ? "(model)" : printable(p->module)) + ")";
+          (p->module.empty() ? "(model)" : printable(p->module)) +
+          (p->op.empty() ? "" : ", op " + printable(p->op)) + ")";
   if (!p->inputs_aligned) return line + ": its inputs are not in the traces\n";
-  if (*p->inputs_aligned) return line + ": its inputs pass, so this module is the culprit\n";
+  if (*p->inputs_aligned)
+    return line + ": its inputs pass, so this " + (p->op.empty() ? "module" : "op") +
+           " is the culprit\n";
   std::string which;
   for (std::size_t i = 0; i < p->failing_inputs.size() && i < 3; ++i)
     which += (i ? ", " : "") + printable(p->failing_inputs[i]);
@@ -471,6 +474,7 @@ std::string render_json(const Report& report) {
       w.begin_object();
       w.key("tensor").string(p.tensor);
       w.key("module").string(p.module);
+      if (!p.op.empty()) w.key("op").string(p.op);
       w.key("inputs_aligned");
       if (p.inputs_aligned)
         w.boolean(*p.inputs_aligned);

@@ -78,8 +78,9 @@ char direction_of(const TensorResult& r) {
   const auto k = r.tags.find("kind");
   if (k == r.tags.end()) return 0;
   const std::string& v = k->second;
-  if (v == "input" || v == "output") return 'f';
-  if (v == "grad" || v == "grad-output" || v == "param-grad" || v == "input-grad") return 'b';
+  if (v == "input" || v == "output" || v == "op") return 'f';
+  if (v == "grad" || v == "grad-output" || v == "param-grad" || v == "input-grad" || v == "op-grad")
+    return 'b';
   return 0;
 }
 

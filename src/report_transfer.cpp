@@ -248,6 +248,7 @@ void put_point(Writer& w, const std::optional<DivergencePoint>& p) {
   if (!p) return;
   w.put(p->tensor);
   w.put(p->module);
+  w.put(p->op);
   w.put(p->inputs_aligned);
   w.put<std::uint64_t>(p->failing_inputs.size());
   for (const auto& s : p->failing_inputs) w.put(s);
@@ -258,6 +259,7 @@ std::optional<DivergencePoint> get_point(Reader& r) {
   DivergencePoint p;
   p.tensor = r.text();
   p.module = r.text();
+  p.op = r.text();
   if (r.flag()) p.inputs_aligned = r.flag();
   p.failing_inputs.resize(r.count(sizeof(std::uint64_t)));
   for (auto& s : p.failing_inputs) s = r.text();

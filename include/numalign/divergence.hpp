@@ -7,11 +7,13 @@
 
 namespace numalign {
 
-// The first failing (or unjudgeable) tensor in forward order (tensors tagged kind "input"
-// or "output") and in backward order (kind "grad-output", "grad", "param-grad" or
-// "input-grad"), with the module that
+// The first failing (or unjudgeable) tensor in forward order (tensors tagged kind "input",
+// "output" or "op") and in backward order (kind "grad-output", "grad", "param-grad",
+// "input-grad" or "op-grad"), with the module that
 // computed it (tag "producer" when there is one, else "module") and whether the tensors it
-// was computed from passed. Empty when the metadata records no such tensors.
+// was computed from passed, and its tag "op" for an op's output (capture.trace_ops). Results
+// tagged "unpaired" (mark_unpaired_ops) count as not judged. Empty when the metadata records
+// no such tensors.
 std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
                                                      const Report& report);
 

@@ -36,10 +36,11 @@ struct TensorResult {
 struct DivergencePoint {
   std::string tensor;  // the first failing tensor in that order
   std::string module;  // the module that produced it ("" for the model itself)
-  // Whether every tensor it was computed from passed: true, the module is the culprit;
+  // Whether every tensor it was computed from passed: true, the module (op) is the culprit;
   // false, it inherited the error; empty when the trace records none of its inputs.
   std::optional<bool> inputs_aligned;
   std::vector<std::string> failing_inputs;
+  std::string op;  // the op that produced it ("aten.mm") when recorded op by op, else ""
 };
 
 struct FirstDivergence {

@@ -45,9 +45,10 @@ class Report:
     def first_divergence(self):
         """``{"forward": point, "backward": point}`` for traces that record modules (from
         ``capture.trace_model``), each point ``None`` or ``{"tensor", "module",
-        "inputs_aligned", "failing_inputs"}``: the first failing tensor in that direction
-        and whether its inputs passed (True: its module is the culprit; False: inherited;
-        None: not recorded). ``None`` when the traces record no modules."""
+        "inputs_aligned", "failing_inputs"}`` (and ``"op": "aten.mm"`` for an op's result,
+        from ``capture.trace_ops``): the first failing tensor in that direction and whether
+        its inputs passed (True: its module, or op, is the culprit; False: inherited; None:
+        not recorded). ``None`` when the traces record no modules."""
         return self._data.get("first_divergence")
 
     @property

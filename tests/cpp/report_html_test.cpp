@@ -143,7 +143,8 @@ Report model_report(int layers, int bad) {
   d.forward = DivergencePoint{"model.layers." + std::to_string(bad) + ".mlp.out0",
                               "model.layers." + std::to_string(bad) + ".mlp",
                               true,
-                              {}};
+                              {},
+                              ""};
   r.first_divergence = d;
   return r;
 }

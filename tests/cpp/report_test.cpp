@@ -154,7 +154,7 @@ TEST(ReportTest, SummaryNamesTheFirstDivergenceBeforeTheWorstTensor) {
                result("layers.1.mlp.act_fn.grad", VerdictKind::kFail, 40.0, 3.0, 1)};
   r.sort();
   FirstDivergence d;
-  d.forward = DivergencePoint{"layers.1.mlp.out", "layers.1.mlp", true, {}};
+  d.forward = DivergencePoint{"layers.1.mlp.out", "layers.1.mlp", true, {}, ""};
   r.first_divergence = d;
   EXPECT_EQ(render_summary(r),
             "NOT ALIGNED: 0 of 2 tensors pass, 2 fail; culprit: module layers.1.mlp (forward, "
@@ -167,7 +167,7 @@ TEST(ReportTest, SummaryNamesTheFirstDivergenceBeforeTheWorstTensor) {
       << render_summary(r);
   // Backward only, from the model itself.
   r.first_divergence =
-      FirstDivergence{std::nullopt, DivergencePoint{"grad.param.w\n", "", true, {}}};
+      FirstDivergence{std::nullopt, DivergencePoint{"grad.param.w\n", "", true, {}, ""}};
   EXPECT_NE(render_summary(r).find("; culprit: module (model) (backward, grad.param.w\\x0a);"),
             std::string::npos)
       << render_summary(r);
