@@ -106,10 +106,53 @@ def main(argv=None) -> int:
     print(f"\n{'as promised' if promised else 'NOT as promised'}: the first forward failure "
           f"should be {CULPRIT}.out alone, its inputs aligned")
 
-    # ------------------------------------------------------------------------------------
-    # NEXT STEP, NOT WRITTEN YET: op-level drill-down into the culprit module named by
-    # report.first_divergence["forward"]["module"] (above). Another engineer adds it here.
-    # ------------------------------------------------------------------------------------
+    drilled = drill_down(fused, hf, x)
+    return 0 if promised and drilled else 1
+
+
+# The culprit's counterpart in FusedLlama: the fused projection whose k third HF's k_proj is.
+PORT_MODULE = f"blocks.{BUG_LAYER}.attention.qkv"
+HF_PROJECTIONS = [f"model.layers.{BUG_LAYER}.self_attn.{p}_proj" for p in "qkv"]
+
+
+def drill_down(fused, hf, x) -> bool:
+    """Which op inside the port's fused projection is wrong: trace_ops records every op of
+    the selected modules, and an op-level map pairs the port's ops with HF's. The port's
+    projection runs a matmul and then, before returning, builds a vector and multiplies by
+    it; HF's q, k and v projections run the matmul alone. So the port's matmul is paired with
+    HF's three matmuls (its thirds), and the port's last op, whose result the module
+    returns, with HF's three outputs. True when the matmul passes and the last op's k third
+    is the first to fail."""
+    from numalign.capture import trace_ops
+
+    test = trace_ops(fused, x, torch.bfloat16, modules=[PORT_MODULE])
+    ref = trace_ops(hf, x, torch.bfloat16, modules=HF_PROJECTIONS)
+    truth = trace_ops(hf, x, torch.float64, modules=HF_PROJECTIONS)
+    port_ops = [n for n in test.metadata["order"] if n.startswith(PORT_MODULE + "/aten.")]
+    print(f"\ndrilling into {PORT_MODULE} with trace_ops: the port runs {', '.join(port_ops)}; "
+          f"HF's {BUG_PART}_proj runs {HF_PROJECTIONS[1]}/aten.mm#0 alone")
+    last = port_ops[-1]
+    op_map = {"map": [
+        {"test": f"{PORT_MODULE}/aten.mm#0", "ref": [f"{m}/aten.mm#0" for m in HF_PROJECTIONS],
+         "cat_dim": -1},
+        {"test": last, "ref": [f"{m}.out" for m in HF_PROJECTIONS], "cat_dim": -1}],
+        "ignore": [{"test": f"{PORT_MODULE}/aten.*",
+                    "reason": "ops between the matmul and the last one build what the port "
+                              "multiplies by: HF has no counterpart; their effect is judged "
+                              "in the last op"}]}
+    only = [f"{m}{suffix}" for m in HF_PROJECTIONS for suffix in ("/aten.*", ".out")]
+    report = numalign.judge(test, ref, truth, map=op_map, only=only)
+    for t in sorted(report.tensors, key=lambda t: t["name"]):
+        ratio = "-" if t["ratio"] is None else f"{t['ratio']:.3g}"
+        print(f"  {t['verdict'].upper():5} {t['name']}  ratio {ratio}  "
+              f"(test: {t.get('test_source') or t['name']})")
+    failing = [t for t in report.tensors if t["verdict"] != "pass"]
+    named = [t.get("test_source", "") for t in failing]
+    ok = (len(failing) == 1 and failing[0]["name"] == f"{CULPRIT}.out"
+          and named[0].startswith(last + "[") and report.exit_code == 1)
+    print(f"{'as promised' if ok else 'NOT as promised'}: the port's matmul passes, and its "
+          f"op {last} is the one whose {BUG_PART} third fails")
+    return ok
 
     return 0 if promised else 1
 

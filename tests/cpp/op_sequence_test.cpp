@@ -9,6 +9,7 @@
 #include <map>
 
 #include "numalign/judge.hpp"
+#include "numalign/map.hpp"
 #include "simulations.hpp"
 
 namespace numalign {
@@ -180,6 +181,29 @@ TEST_F(OpSequenceTest, OnlyTaggedOpsAndWellFormedNamesCount) {
   const auto found = find_op_sequence_mismatches(tagged, other, "test");
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].unpaired, std::vector<std::string>{"m/aten.mm#0.1"});
+}
+
+}  // namespace
+}  // namespace numalign
+
+namespace numalign {
+namespace {
+
+// A map that pairs ref's ops with test tensors of another name (a port's ops) pairs them
+// explicitly: test's missing op sequence under ref's module name leaves nothing unpaired.
+TEST_F(OpSequenceTest, OpsAMapPairsAreNotUnpaired) {
+  const Trace ref = run({{"m.in", false}, {"m/aten.mm#0", false}, {"m/aten.add#1", false}});
+  const Trace test = run({{"m.in", false}, {"port/aten.mm#0", false}, {"port/aten.add#1", true}});
+  JudgeOptions o;
+  o.map = std::make_shared<TensorMap>(
+      TensorMap::parse(R"({"map": [{"test": "port/*", "ref": "m/{1}"}]})", "map.json"));
+  o.default_rule = parse_rule("exact");
+  const Report r = judge(test, ref, nullptr, o);
+  const auto by = by_name(r);
+  EXPECT_EQ(by.at("m/aten.mm#0")->verdict, VerdictKind::kPass);
+  EXPECT_EQ(by.at("m/aten.add#1")->verdict, VerdictKind::kFail) << "judged, against port's add";
+  for (const auto& w : r.warnings) EXPECT_EQ(w.find("op sequences"), std::string::npos) << w;
+  EXPECT_EQ(r.exit_code(), kNotAligned);
 }
 
 }  // namespace

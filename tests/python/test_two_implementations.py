@@ -342,7 +342,7 @@ def test_demo_finds_layer_1s_k_projection_and_writes_the_html_report(tmp_path):
     proc = subprocess.run([sys.executable, str(EXAMPLE / "demo.py"), str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = proc.stdout
+    out, drill = proc.stdout.split("\ndrilling into ")
     assert "judged through map.json: 122 tensors" in out
     assert "0 could not be judged" in out
     lines = out.splitlines()
@@ -356,6 +356,15 @@ def test_demo_finds_layer_1s_k_projection_and_writes_the_html_report(tmp_path):
             "model.layers.1.self_attn.k_proj): its inputs pass: this module is the culprit") in out
     assert out.rstrip().splitlines()[-1].startswith(
         "as promised: the first forward failure should be model.layers.1.self_attn.k_proj.out")
+    # The drill-down: trace_ops on the port's fused projection, an op-level map to HF's
+    # projections; the matmul's thirds pass, the op that follows it fails in its k third.
+    assert drill.startswith("blocks.1.attention.qkv with trace_ops"), drill
+    assert re.search(r"  FAIL  model\.layers\.1\.self_attn\.k_proj\.out  ratio [0-9.]+  "
+                     r"\(test: blocks\.1\.attention\.qkv/aten\.mul#3\[:, :, 64:96\]\)", drill), drill
+    assert [line.split()[1] for line in drill.splitlines() if line.startswith("  FAIL")] == [
+        "model.layers.1.self_attn.k_proj.out"]
+    assert sum(line.startswith("  PASS") for line in drill.splitlines()) == 5
+    assert drill.rstrip().splitlines()[-1].startswith("as promised: the port's matmul passes")
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert html.lstrip().lower().startswith("<!doctype html") and \
         "model.layers.1.self_attn.k_proj.out" in html
