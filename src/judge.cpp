@@ -448,6 +448,16 @@ void adopt_tags(const TraceMetadata& ref, Report& report) {
 
 }  // namespace
 
+Pairing pair_runs(const std::vector<const Trace*>& test_ranks, const Trace& ref, const Trace* truth,
+                  const JudgeOptions& options) {
+  if (options.map) return pair_with_map(test_ranks, ref, truth, *options.map, options.only);
+  if (test_ranks.size() > 1)
+    return pair_with_map(test_ranks, ref, truth, TensorMap{}, options.only);
+  Pairing p;
+  p.triples = pair_tensors(*test_ranks.front(), ref, truth, options.only);
+  return p;
+}
+
 Report judge(const Trace& test, const Trace& ref, const Trace* truth, const JudgeOptions& options,
              const ProgressFn& progress) {
   return judge(std::vector<const Trace*>{&test}, ref, truth, options, progress);

@@ -729,14 +729,4 @@ Pairing pair_with_map(const std::vector<const Trace*>& test_ranks, const Trace& 
   return out;
 }
 
-Pairing pair_runs(const std::vector<const Trace*>& test_ranks, const Trace& ref, const Trace* truth,
-                  const JudgeOptions& options) {
-  if (options.map) return pair_with_map(test_ranks, ref, truth, *options.map, options.only);
-  if (test_ranks.size() > 1)
-    return pair_with_map(test_ranks, ref, truth, TensorMap{}, options.only);
-  Pairing p;
-  p.triples = pair_tensors(*test_ranks.front(), ref, truth, options.only);
-  return p;
-}
-
 }  // namespace numalign

@@ -8,26 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "numalign/map.hpp"
 #include "numalign/report.hpp"
 #include "numalign/rules.hpp"
 #include "numalign/trace.hpp"
 
 namespace numalign {
-
-// One tensor to judge; test or ref may be null (missing on that side), truth may be null.
-struct TensorTriple {
-  TensorTriple() = default;
-  TensorTriple(std::string name, const TensorView* test, const TensorView* ref,
-               const TensorView* truth = nullptr)
-      : name(std::move(name)), test(test), ref(ref), truth(truth) {}
-  std::string name;
-  const TensorView* test = nullptr;
-  const TensorView* ref = nullptr;
-  const TensorView* truth = nullptr;
-  std::string source;   // where test's side came from, when not a namesake (a map's piece)
-  std::string problem;  // why it cannot be judged, found while pairing ("" when none)
-  std::string failure;  // a failure found while pairing (replicas that disagree), or ""
-};
 
 using ProgressFn = std::function<void(double done_bytes, double total_bytes)>;
 
@@ -47,6 +33,11 @@ void add_metadata_warnings(const TraceMetadata* test, const TraceMetadata* ref,
 // namesakes in test and truth, then test's tensors that ref lacks; `only`: globs of names.
 std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, const Trace* truth,
                                        const std::vector<std::string>& only = {});
+
+// The pairing every front end judges: options.map's when given, else by identical names
+// (several test ranks: replicated, so each must agree with rank 0 bit for bit).
+Pairing pair_runs(const std::vector<const Trace*>& test_ranks, const Trace& ref, const Trace* truth,
+                  const JudgeOptions& options);
 
 // The one entry point of every front end (CLI, Python): pairs the runs' tensors (those of
 // ref matching options.only), judges them in one pass, adds the warnings their pairing

@@ -9,12 +9,29 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "numalign/judge.hpp"
+#include "numalign/rules.hpp"
 #include "numalign/tensor.hpp"
+#include "numalign/trace.hpp"
 
 namespace numalign {
+
+// One tensor to judge; test or ref may be null (missing on that side), truth may be null.
+struct TensorTriple {
+  TensorTriple() = default;
+  TensorTriple(std::string name, const TensorView* test, const TensorView* ref,
+               const TensorView* truth = nullptr)
+      : name(std::move(name)), test(test), ref(ref), truth(truth) {}
+  std::string name;
+  const TensorView* test = nullptr;
+  const TensorView* ref = nullptr;
+  const TensorView* truth = nullptr;
+  std::string source;   // where test's side came from, when not a namesake (a map's piece)
+  std::string problem;  // why it cannot be judged, found while pairing ("" when none)
+  std::string failure;  // a failure found while pairing (replicas that disagree), or ""
+};
 
 // One entry of a map: test tensors and the ref tensors they hold. One side is a glob (`*`
 // captures, `?` one character); the other a name or a list of names that insert the
@@ -81,10 +98,5 @@ struct Pairing {
 Pairing pair_with_map(const std::vector<const Trace*>& test_ranks, const Trace& ref,
                       const Trace* truth, const TensorMap& map,
                       const std::vector<std::string>& only);
-
-// The pairing every front end judges: options.map's when given, else by identical names
-// (several test ranks: replicated, so each must agree with rank 0 bit for bit).
-Pairing pair_runs(const std::vector<const Trace*>& test_ranks, const Trace& ref, const Trace* truth,
-                  const JudgeOptions& options);
 
 }  // namespace numalign
