@@ -26,6 +26,29 @@ std::pair<const StridedPart*, std::uint64_t> part_at(const Layout& l, std::uint6
   return {&l.parts[p], along};
 }
 
+// `n` elements of `es` bytes, `stride` bytes apart, side by side into `out`: one move per
+// element for the element sizes there are (a call to memcpy each would cost more than it).
+template <std::size_t kSize>
+void copy_strided_as(const std::byte* src, std::int64_t stride, std::uint64_t n, std::byte* out) {
+  for (std::uint64_t i = 0; i < n; ++i, src += stride, out += kSize) std::memcpy(out, src, kSize);
+}
+
+void copy_strided(const std::byte* src, std::int64_t stride, std::uint64_t n, std::size_t es,
+                  std::byte* out) {
+  switch (es) {
+    case 1:
+      return copy_strided_as<1>(src, stride, n, out);
+    case 2:
+      return copy_strided_as<2>(src, stride, n, out);
+    case 4:
+      return copy_strided_as<4>(src, stride, n, out);
+    case 8:
+      return copy_strided_as<8>(src, stride, n, out);
+    default:
+      for (std::uint64_t i = 0; i < n; ++i, src += stride) std::memcpy(out + i * es, src, es);
+  }
+}
+
 }  // namespace
 
 void copy_elements(const TensorView& v, std::uint64_t begin, std::uint64_t end, std::byte* out) {
@@ -52,9 +75,7 @@ void copy_elements(const TensorView& v, std::uint64_t begin, std::uint64_t end, 
     if (step == 1) {
       std::memcpy(out, src, run * es);
     } else {
-      for (std::uint64_t i = 0; i < run; ++i)
-        std::memcpy(out + i * es,
-                    src + static_cast<std::int64_t>(i) * step * static_cast<std::int64_t>(es), es);
+      copy_strided(src, step * static_cast<std::int64_t>(es), run, es, out);
     }
     out += run * es;
     at += run;
