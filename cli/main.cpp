@@ -349,6 +349,11 @@ int run_judge(const JudgeOptions& options, const std::string& test, const std::s
 
 int run_sensitivity(const TraceArguments& traces, const JudgeArguments& args,
                     const SensitivityOptions& sopt, const OutputOptions& out) {
+  if (traces.ranks) {
+    fail("--ranks",
+         "sensitivity plants bugs in one test run: judge the ranks with `numalign "
+         "judge --ranks N`");
+  }
   const JudgeOptions options = resolve_options(args);
   const OpenedTraces t = open_traces(traces.test, traces.ref, traces.truth);
   refuse_clobbering(out.output,

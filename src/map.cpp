@@ -313,14 +313,13 @@ std::optional<std::size_t> dim_of(std::int64_t d, std::size_t rank) {
 }
 
 // "x[:, 64:96]": a piece of x along `dim`, as a torch user would index it.
-std::string slice_text(const std::string& name, std::size_t rank, std::size_t dim,
-                       std::uint64_t begin, std::uint64_t end) {
+std::string slice_text(const std::string& name, std::size_t dim, std::uint64_t begin,
+                       std::uint64_t end) {
   std::string s = name + "[";
   for (std::size_t d = 0; d <= dim; ++d) {
     if (d) s += ", ";
     s += d == dim ? std::to_string(begin) + ":" + std::to_string(end) : ":";
   }
-  (void)rank;
   return s + "]";
 }
 
@@ -544,7 +543,7 @@ void Pairer::judge_pieces_of_test(const Assignment& a) {
       piece.layout = &out_.layouts.back();
     }
     out_.views.push_back(piece);
-    std::string source = slice_text(x.name, s.size(), *dim, at, at + extent);
+    std::string source = slice_text(x.name, *dim, at, at + extent);
     if (e.transpose) source = x.name + " transposed, " + source.substr(x.name.size());
     add(r, &out_.views.back(), std::move(source), "", failure);
     at += extent;

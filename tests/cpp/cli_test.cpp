@@ -165,6 +165,11 @@ TEST_F(CliTest, AMapPairsRenamedTensorsAndItsMistakesExitTwo) {
       cli("sensitivity " + test + " " + mm("ref") + " " + mm("truth") + " --map " + map);
   EXPECT_EQ(sens.code, 0) << sens.out;
   EXPECT_EQ(sens.out.find("missing"), std::string::npos) << sens.out;
+  const CliRun sens_ranks = cli("sensitivity " + test + " " + mm("ref") + " --ranks 2");
+  EXPECT_EQ(sens_ranks.code, 2) << sens_ranks.out;
+  EXPECT_NE(sens_ranks.out.find("--ranks: sensitivity plants bugs in one test run"),
+            std::string::npos)
+      << sens_ranks.out;
   std::ofstream(map) << R"({"map": [], "ignore": [{"ref": "*"}]})";
   const CliRun bad = cli("judge " + test + " " + mm("ref") + " " + mm("truth") + " --map " + map);
   EXPECT_EQ(bad.code, 2) << bad.out;

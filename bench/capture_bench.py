@@ -1,0 +1,95 @@
+"""capture_bench.py: what recording a run costs (issue 23, item 3). On an HF Llama built from a
+config (default: 8 layers, hidden 512, batch 2 x 256 tokens, bf16), each measured in turn,
+the variants alternating, medians of --repeat runs:
+
+    plain      the model in the dtype (cast once, outside the timing), forward + backward
+               with a fixed upstream gradient: what the user's own step costs;
+    copy       numalign's deep copy and cast of the model (_runs._module_copy) alone;
+    run        capture.run_fwd_bwd: the copy, the run, the outputs and end gradients;
+    memory     capture.trace_model held in memory: + every module's hooks and the copies
+               of what they record;
+    save_to    capture.trace_model(save_to=FILE): + writing the trace as it is produced.
+
+    python bench/capture_bench.py [--layers 8 --hidden 512 --batch 2 --tokens 256 --repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+import transformers
+
+from numalign import capture
+from numalign._runs import _module_copy
+
+
+def llama(layers: int, hidden: int, vocab: int) -> transformers.LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 64), max_position_embeddings=4096,
+        use_cache=False, attn_implementation="eager")
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dtype", default="bfloat16")
+    args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
+    model = llama(args.layers, args.hidden, args.vocab)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, args.vocab, (args.batch, args.tokens), generator=g)
+    inputs = {"input_ids": ids}
+    cast = _module_copy(model, dtype, "cpu")
+    upstream = torch.randn(args.batch, args.tokens, args.vocab, generator=g).to(dtype)
+
+    def plain():
+        cast.zero_grad(set_to_none=True)
+        cast(**inputs).logits.backward(upstream)
+
+    out_dir = tempfile.mkdtemp()
+    path = os.path.join(out_dir, "trace.safetensors")
+    variants = {
+        "plain": plain,
+        "copy": lambda: _module_copy(model, dtype, "cpu"),
+        "run": lambda: capture.run_fwd_bwd(model, inputs, dtype),
+        "memory": lambda: capture.trace_model(model, inputs, dtype),
+        "save_to": lambda: capture.trace_model(model, inputs, dtype, save_to=path),
+    }
+    for f in variants.values():  # warm up: allocator, kernels, page cache
+        f()
+    times = {v: [] for v in variants}
+    for _ in range(args.repeat):
+        for v, f in variants.items():
+            start = time.perf_counter()
+            f()
+            times[v].append(time.perf_counter() - start)
+    size = os.path.getsize(path) / 1e6
+    os.remove(path)
+    os.rmdir(out_dir)
+    base = statistics.median(times["plain"])
+    params = sum(p.numel() for p in model.parameters()) / 1e6
+    print(f"HF Llama, {args.layers} layers, hidden {args.hidden}, {params:.1f}M parameters, "
+          f"batch {args.batch} x {args.tokens}, {args.dtype}, torch threads "
+          f"{torch.get_num_threads()}; trace {size:.0f} MB; median of {args.repeat}")
+    print("| variant | seconds | vs plain |")
+    print("| --- | ---: | ---: |")
+    for v in variants:
+        m = statistics.median(times[v])
+        print(f"| {v} | {m:.3f} | {m / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
