@@ -245,9 +245,11 @@ TensorMap TensorMap::load(const std::string& path) {
   return parse(ss.str(), path);
 }
 
-std::optional<std::vector<std::string_view>> glob_captures(std::string_view glob,
-                                                           std::string_view name) {
-  if (!Glob(glob).match(name)) return std::nullopt;
+namespace {
+
+// What the stars of `glob` capture in `name`, which the caller knows it matches.
+std::optional<std::vector<std::string_view>> captures_of_match(std::string_view glob,
+                                                               std::string_view name) {
   // Characters as Glob reads them (a code point, or one byte that is not UTF-8), so '?' and
   // the captures' ends agree with the matcher; `at` holds each character's byte offset.
   static constexpr std::uint32_t kStar = 0xFFFFFFFE, kAny = 0xFFFFFFFF;
@@ -286,6 +288,14 @@ std::optional<std::vector<std::string_view>> glob_captures(std::string_view glob
   };
   if (!match(match, 0, 0)) return std::nullopt;
   return caps;
+}
+
+}  // namespace
+
+std::optional<std::vector<std::string_view>> glob_captures(std::string_view glob,
+                                                           std::string_view name) {
+  if (!Glob(glob).match(name)) return std::nullopt;
+  return captures_of_match(glob, name);
 }
 
 namespace {
@@ -341,7 +351,9 @@ class Pairer {
  public:
   Pairer(const std::vector<const Trace*>& tests, const Trace& ref, const Trace* truth,
          const TensorMap& map, Pairing& out)
-      : tests_(tests), test_(*tests.front()), ref_(ref), truth_(truth), map_(map), out_(out) {}
+      : tests_(tests), test_(*tests.front()), ref_(ref), truth_(truth), map_(map), out_(out) {
+    for (const MapIgnore& ig : map.ignore) ignore_globs_.emplace_back(ig.glob);
+  }
 
   void resolve_entries();
   void pair(const std::vector<std::string>& only);
@@ -368,6 +380,7 @@ class Pairer {
   const Trace* truth_;
   const TensorMap& map_;
   Pairing& out_;
+  std::vector<Glob> ignore_globs_;  // compiled once: every unmapped name meets them
   std::deque<Assignment> assignments_;
   // ref name -> the assignment that judges it (nullptr: claimed by two entries)
   std::unordered_map<std::string, const Assignment*> claimed_;
@@ -379,7 +392,7 @@ class Pairer {
 bool Pairer::ignored(bool ref_side, const std::string& name, std::size_t* which) const {
   for (std::size_t i = 0; i < map_.ignore.size(); ++i) {
     const MapIgnore& ig = map_.ignore[i];
-    if (ig.ref_side == ref_side && glob_match(ig.glob, name)) {
+    if (ig.ref_side == ref_side && ignore_globs_[i].match(name)) {
       if (which) *which = i;
       return true;
     }
@@ -403,8 +416,10 @@ void Pairer::resolve_entries() {
     const std::string& glob = e.glob_on_test ? e.test.front() : e.ref.front();
     const Trace& matched = e.glob_on_test ? test_ : ref_;
     std::size_t matches = 0;
+    const Glob compiled(glob);  // once per entry; captures are found for matches only
     for (const TraceEntry& t : matched.entries()) {
-      const auto caps = glob_captures(glob, t.name);
+      if (!compiled.match(t.name)) continue;
+      const auto caps = captures_of_match(glob, t.name);
       if (!caps) continue;
       Assignment a{&e, {}, {}};
       for (const auto& s : e.glob_on_test ? e.ref : e.test)
