@@ -425,6 +425,12 @@ std::string opt_cell(const std::optional<double>& v) {
   return v ? cell(format_number(*v), detail::json_number(*v)) : cell("-", "");
 }
 
+// Where a tensor paired through a map was read in test, after its reason.
+std::string test_source(const TensorResult& r) {
+  const auto src = r.tags.find("test_source");
+  return src == r.tags.end() ? "" : " (test: " + src->second + ")";
+}
+
 // Rows of the flat table at most: a model's tensors are all in the module tree; the table
 // keeps the first of them in its order (could-not-judge, failures worst first, passes).
 constexpr std::size_t kTableRows = 2000;
@@ -446,7 +452,7 @@ std::string table(const Report& report) {
     s += "<tr class=\"" + std::string(verdict_word(r.verdict)) + "\">" +
          cell(verdict_word(r.verdict)) + cell(std::to_string(r.order)) + cell(r.name) +
          cell(r.rule) + opt_cell(r.ratio) + opt_cell(r.limit) + cell(max_ulp) + cell(diff) +
-         cell(r.reason) + "</tr>\n";
+         cell(r.reason + test_source(r)) + "</tr>\n";
   }
   s += "</tbody></table>\n";
   if (rows < report.tensors.size()) {

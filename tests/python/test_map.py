@@ -49,6 +49,7 @@ def test_only_the_planted_piece_fails_and_is_named_by_ref():
     k = next(t for t in report.tensors if t["name"] == failing[0])
     assert k["test_source"] == "blocks.1.attention.qkv.out[:, :, 16:32]"
     assert "test: blocks.1.attention.qkv.out[:, :, 16:32]" in str(report)
+    assert "(test: blocks.1.attention.qkv.out[:, :, 16:32])" in report.to_html()
     assert any("leaves out 1 tensor(s) of ref matching \"model.rotary_emb.*\"" in w
                for w in report.warnings), report.warnings
     clean = numalign.judge(_projections(torch.float32)[1], ref, truth, map=MAP)
