@@ -105,12 +105,20 @@ test: format-check test-cpp package-check test-sanitize fuzz-smoke test-python w
 BENCH_ARGS ?= --dtypes bf16,fp16,fp32,fp8
 bench: build install-python
 	@$(PY) bench/bench.py --build $(BUILD) --out $(BUILD)/bench $(BENCH_ARGS)
+	@echo "== what recording a run costs (bench/capture_bench.py)"
+	@$(PY) bench/capture_bench.py
+	@echo "== judging pieces of fused tensors through a map (bench/map_pieces.py)"
+	@$(PY) bench/map_pieces.py --numalign $(BUILD)/numalign
 
 # In `make test`: the whole benchmark at a thousandth of its size, so that it keeps working.
 bench-smoke: build install-python
 	@$(PY) bench/bench.py --build $(BUILD) --out $(BUILD)/bench-smoke --scale 0.001 --repeat 1 \
 	  --dtypes bf16,fp8 >/dev/null
 	@grep -q '| model | bf16 |' $(BUILD)/bench-smoke/results.md
+	@$(PY) bench/capture_bench.py --layers 1 --hidden 64 --vocab 97 --tokens 16 --repeat 1 \
+	  | grep -q '| save_to |'
+	@$(PY) bench/map_pieces.py --numalign $(BUILD)/numalign --rows 64 --width 32 --repeat 1 \
+	  | grep -q '| transposed |'
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
