@@ -333,6 +333,19 @@ std::string slice_text(const std::string& name, std::size_t dim, std::uint64_t b
   return s + "]";
 }
 
+// Whether `parts`, side by side along `dim`, make `whole`: each has its rank and every other
+// dim, and their extents along `dim` add up to its.
+bool tiles(const std::vector<const Shape*>& parts, const Shape& whole, std::size_t dim) {
+  std::uint64_t total = 0;
+  for (const Shape* p : parts) {
+    if (p->size() != whole.size()) return false;
+    for (std::size_t d = 0; d < whole.size(); ++d)
+      if (d != dim && (*p)[d] != whole[d]) return false;
+    total += whole.empty() ? 0 : (*p)[dim];
+  }
+  return whole.empty() || total == whole[dim];
+}
+
 // One test tensor as the map reads it: its shape and strides, transposed when asked.
 struct Operand {
   std::string name;
@@ -517,40 +530,34 @@ void Pairer::judge_pieces_of_test(const Assignment& a) {
       problem = where(e) + ": cat_dim " + std::to_string(*e.cat_dim) + " is outside test " +
                 in_quotes(x.name) + "'s " + std::to_string(x.shape.size()) + " dims";
   }
-  if (problem.empty()) {
-    // The ref tensors must tile the test tensor along dim, matching it in every other dim.
-    std::uint64_t total = 0;
-    bool fits = true;
+  // The ref tensors must tile the test tensor along dim, matching it in every other dim.
+  std::vector<const Shape*> pieces;
+  for (const auto& r : a.ref) pieces.push_back(&ref_.find(r)->view.shape);
+  if (problem.empty() && !tiles(pieces, x.shape, *dim)) {
     std::string sizes;
-    for (const auto& r : a.ref) {
-      const Shape& s = ref_.find(r)->view.shape;
-      sizes += (sizes.empty() ? "" : " + ") + in_quotes(r) + " " + format_shape(s);
-      fits = fits && s.size() == x.shape.size();
-      for (std::size_t d = 0; fits && d < s.size(); ++d) fits = d == *dim || s[d] == x.shape[d];
-      if (fits) total += s[*dim];
-    }
-    if (!fits || total != x.shape[*dim]) {
-      problem = where(e) + ": sizes do not add up: ref " + sizes + " along dim " +
-                std::to_string(*e.cat_dim) + " do not make test " + in_quotes(x.name) + " " +
-                format_shape(x.shape) + (e.transpose ? " (transposed)" : "");
-    }
+    for (std::size_t i = 0; i < a.ref.size(); ++i)
+      sizes += (i ? " + " : "") + in_quotes(a.ref[i]) + " " + format_shape(*pieces[i]);
+    problem = where(e) + ": sizes do not add up: ref " + sizes + " along dim " +
+              std::to_string(*e.cat_dim) + " do not make test " + in_quotes(x.name) + " " +
+              format_shape(x.shape) + (e.transpose ? " (transposed)" : "");
   }
   if (!problem.empty()) {
     for (const auto& r : a.ref) add(r, nullptr, a.test.front(), problem);
     return;
   }
   const std::size_t es = element_size(x.view->dtype);
+  // Pieces whose elements lie in one run (a split of the outermost dim that is not 1) are
+  // read in place as they are; others through a layout.
+  bool one_run = x.strides == contiguous_strides(x.shape);
+  for (std::size_t d = 0; d < *dim; ++d) one_run = one_run && x.shape[d] == 1;
   std::uint64_t at = 0;
-  for (const auto& r : a.ref) {
-    const Shape& s = ref_.find(r)->view.shape;
+  for (std::size_t i = 0; i < a.ref.size(); ++i) {
+    const std::string& r = a.ref[i];
+    const Shape& s = *pieces[i];
     const std::uint64_t extent = s[*dim];
     const std::byte* start = x.view->data + static_cast<std::int64_t>(at) * x.strides[*dim] *
                                                 static_cast<std::int64_t>(es);
     TensorView piece{x.view->dtype, s, nullptr};
-    // A piece whose elements lie in one run (a split of the outermost dim that is not 1)
-    // is read in place as it is; others through a layout.
-    bool one_run = x.strides == contiguous_strides(x.shape);
-    for (std::size_t d = 0; d < *dim; ++d) one_run = one_run && x.shape[d] == 1;
     if (one_run) {
       piece.data = start;
     } else {
@@ -598,19 +605,18 @@ void Pairer::judge_concatenation(const Assignment& a) {
                : "cat(" + detail::joined(a.test, ", ") + "; dim " + std::to_string(*along) + ")";
   if (e.transpose) source += n == 1 ? " transposed" : ", each transposed";
   if (problem.empty()) {
-    // The parts must tile ref along dim (one part: be ref's shape), matching it elsewhere.
-    std::uint64_t total = 0;
+    // The parts must tile ref along dim (one part: be ref's shape), in one dtype.
+    std::vector<const Shape*> shapes;
     bool fits = true;
     std::string sizes;
     for (std::size_t i = 0; i < n; ++i) {
       const Operand& p = parts[i];
-      sizes += (sizes.empty() ? "" : " + ") + (sharded ? labels[i] : in_quotes(labels[i])) + " " +
+      shapes.push_back(&p.shape);
+      sizes += (i ? " + " : "") + (sharded ? labels[i] : in_quotes(labels[i])) + " " +
                format_shape(p.shape);
-      fits = fits && p.shape.size() == s.size() && p.view->dtype == parts.front().view->dtype;
-      for (std::size_t d = 0; fits && d < s.size(); ++d) fits = d == dim || p.shape[d] == s[d];
-      if (fits) total += s.empty() ? 0 : p.shape[dim];
+      fits = fits && p.view->dtype == parts.front().view->dtype;
     }
-    if (!fits || (!s.empty() && total != s[dim])) {
+    if (!fits || !tiles(shapes, s, dim)) {
       problem = where(e) +
                 (n == 1 ? ": test " + sizes + " does not fit ref "
                         : ": sizes do not add up: test " + sizes + " along dim " +

@@ -238,6 +238,13 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
   return p;
 }
 
+// The kernel the options choose, over contiguous views.
+Partial accumulate_with(const MetricsInput& in, const MetricOptions& opt, std::uint64_t begin,
+                        std::uint64_t end) {
+  return opt.kernel == MetricKernel::scalar ? accumulate_scalar(in, opt, begin, end)
+                                            : accumulate_simd(in, opt, begin, end);
+}
+
 // A task over views that are not all contiguous (a piece of a fused tensor, shards): their
 // elements are gathered, a block at a time, into buffers of this thread that stay in its
 // cache (a whole chunk would go out to memory and back: half again the pass's traffic);
@@ -264,8 +271,7 @@ Partial accumulate_gathered(const MetricsInput& in, const MetricOptions& opt, st
       return &local[k];
     };
     const MetricsInput gathered{piece(in.test, 0), piece(in.ref, 1), piece(in.truth, 2)};
-    Partial p = opt.kernel == MetricKernel::scalar ? accumulate_scalar(gathered, opt, 0, n)
-                                                   : accumulate_simd(gathered, opt, 0, n);
+    Partial p = accumulate_with(gathered, opt, 0, n);
     p.max_abs_ref_index += b;
     p.max_abs_truth_index += b;
     p.ulp.max_index += b;
@@ -388,9 +394,7 @@ void detail::compute_metrics_into(std::span<const MetricsInput> inputs, const Me
       }
     }
     Partial p = laid_out ? detail::accumulate_gathered(in, options, task.begin, task.end)
-                : options.kernel == MetricKernel::scalar
-                    ? detail::accumulate_scalar(in, options, task.begin, task.end)
-                    : detail::accumulate_simd(in, options, task.begin, task.end);
+                         : detail::accumulate_with(in, options, task.begin, task.end);
     if (task.partial == kWhole) {
       store(task.tensor, finish(in, p));
     } else {
