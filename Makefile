@@ -3,7 +3,7 @@ SHELL := /bin/bash
 BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev libhwy-dev libbenchmark-dev clang-format \
+APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev libcli11-dev libhwy-dev libbenchmark-dev libxxhash-dev clang-format \
   clang-14 libclang-rt-14-dev chromium
 .PHONY: deps deps-apt deps-python build install-python stubs wheel-check package-check demo test test-cpp \
   test-sanitize \

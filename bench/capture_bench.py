@@ -6,15 +6,19 @@ the variants alternating, medians of --repeat runs:
                with a fixed upstream gradient: what the user's own step costs;
     copy       numalign's deep copy and cast of the model (_runs._module_copy) alone;
     run        capture.run_fwd_bwd: the copy, the run, the outputs and end gradients;
-    memory     capture.trace_model held in memory: + every module's hooks and the copies
-               of what they record;
-    save_to    capture.trace_model(save_to=FILE): + writing the trace as it is produced.
+    hooks      what trace_model does with every module's hooks, but storing nothing: + the
+               hooks and their bookkeeping (the "hooks" row of the pieces is hooks - run);
+    memory     capture.trace_model held in memory: + the clones of what the hooks record;
+    save_to    capture.trace_model(save_to=FILE): + writing the trace as it is produced
+               (the "writes" row of the pieces is save_to - hooks).
 
     python bench/capture_bench.py [--layers 8 --hidden 512 --batch 2 --tokens 256 --repeat 3]
+                                  [--threads N]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -24,7 +28,24 @@ import torch
 import transformers
 
 from numalign import capture
+from numalign._module_hooks import ModuleRecorder
 from numalign._runs import _module_copy
+
+
+class HooksOnly(ModuleRecorder):
+    """trace_model's recorder with its hooks and bookkeeping, storing no tensor."""
+
+    def _store(self, name, t):
+        pass
+
+    def finish(self, metadata):
+        return None
+
+
+def hooks_only(model, inputs, dtype):
+    call, module, args, fingerprints = capture._prepare(model, inputs, dtype, "cpu")
+    capture._record_run(HooksOnly(module, None, None), contextlib.nullcontext(), call, module,
+                        args, fingerprints, dtype, "cpu", 0, "keep")
 
 
 def llama(layers: int, hidden: int, vocab: int) -> transformers.LlamaForCausalLM:
@@ -46,7 +67,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     model = llama(args.layers, args.hidden, args.vocab)
     g = torch.Generator().manual_seed(1)
@@ -65,6 +89,7 @@ def main() -> None:
         "plain": plain,
         "copy": lambda: _module_copy(model, dtype, "cpu"),
         "run": lambda: capture.run_fwd_bwd(model, inputs, dtype),
+        "hooks": lambda: hooks_only(model, inputs, dtype),
         "memory": lambda: capture.trace_model(model, inputs, dtype),
         "save_to": lambda: capture.trace_model(model, inputs, dtype, save_to=path),
     }
@@ -86,9 +111,19 @@ def main() -> None:
           f"{torch.get_num_threads()}; trace {size:.0f} MB; median of {args.repeat}")
     print("| variant | seconds | vs plain |")
     print("| --- | ---: | ---: |")
+    median = {v: statistics.median(t) for v, t in times.items()}
     for v in variants:
-        m = statistics.median(times[v])
-        print(f"| {v} | {m:.3f} | {m / base:.2f}x |")
+        print(f"| {v} | {median[v]:.3f} | {median[v] / base:.2f}x |")
+    print()
+    print("| piece of save_to | seconds | share of plain |")
+    print("| --- | ---: | ---: |")
+    pieces = {"copy and cast of the model": median["copy"],
+              "run_fwd_bwd beyond plain and copy (fingerprints, upstream gradient)":
+                  median["run"] - base - median["copy"],
+              "hooks (hooks - run)": median["hooks"] - median["run"],
+              "writes (save_to - hooks)": median["save_to"] - median["hooks"]}
+    for what, sec in pieces.items():
+        print(f"| {what} | {sec:.3f} | {sec / base:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -200,7 +200,7 @@ AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
   const std::string stem = (dir / kTempPrefix).string() + std::to_string(::getpid()) + ".";
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
     std::string name = stem + random_hex16();
-    fd_ = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    fd_ = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd_ >= 0) {
       tmp_ = std::move(name);
     } else if (errno != EEXIST) {
@@ -231,6 +231,22 @@ void AtomicFile::write(const void* data, std::size_t n) {
       fail(target_, errno_text("write failed"));
     }
     p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+}
+
+void AtomicFile::write_at(const void* data, std::size_t n, std::uint64_t offset) {
+  if (written_through()) fail(target_, "cannot write at an offset of a file written through");
+  const auto* p = static_cast<const char*>(data);
+  auto at = static_cast<off_t>(offset);
+  while (n > 0) {
+    const ssize_t k = ::pwrite(fd_, p, n, at);
+    if (k <= 0) {
+      if (k < 0 && errno == EINTR) continue;
+      fail(target_, errno_text("write failed"));
+    }
+    p += k;
+    at += k;
     n -= static_cast<std::size_t>(k);
   }
 }

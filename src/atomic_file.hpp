@@ -34,6 +34,8 @@ class AtomicFile {
   // Appends n bytes (retrying short writes and EINTR).
   void write(const void* data, std::size_t n);
   void write(std::string_view s) { write(s.data(), s.size()); }
+  // Writes n bytes at `offset` of the temporary file (not for a file written through).
+  void write_at(const void* data, std::size_t n, std::uint64_t offset);
   // Appends n bytes of the open file `fd` from `offset`, copied in the kernel where the file
   // systems allow it (copy_file_range), else through a small buffer.
   void append_from(int fd, std::uint64_t offset, std::uint64_t n);
@@ -47,6 +49,9 @@ class AtomicFile {
   const std::string& target() const { return target_; }
   // Whether the target is written through (stdout, a device, a FIFO) rather than replaced.
   bool written_through() const { return tmp_.empty(); }
+  // The open file, readable and writable when it is the temporary (for positional writes
+  // from another thread, and to read back what was written).
+  int fd() const { return fd_; }
 
  private:
   void close_fd();

@@ -10,8 +10,10 @@
 #include "format.hpp"
 #include "metrics_internal.hpp"
 #include "numalign/divergence.hpp"
+#include "numalign/fingerprint.hpp"
 #include "numalign/map.hpp"
 #include "numalign/op_sequence.hpp"
+#include "numalign/upstream_gradient.hpp"
 #include "page_populator.hpp"
 #include "parallel.hpp"
 
@@ -213,11 +215,45 @@ void warn_truth_below_float64(const TraceMetadata& truth, Report& report) {
       "capture keeps a float64 run float64 unless asked to watch only (float64_truth)");
 }
 
+// How a captured run's backward pass started: its seed and the recipe that drew the
+// upstream gradient from it; empty for a trace that records no seed (not captured by numalign).
+std::string backward_start(const TraceMetadata& m) {
+  if (!m.seed) return "";
+  const std::string_view recipe =
+      m.upstream_gradient.empty() ? kUpstreamGradientBeforeRecipes : m.upstream_gradient;
+  return "seed " + std::to_string(*m.seed) + ", " + std::string(recipe);
+}
+
+// Runs whose backward passes started from different upstream gradients compute different
+// gradients by design: no ratio between them means anything (fail closed).
+void refuse_different_backward_starts(const TraceMetadata* mt, const TraceMetadata* mr,
+                                      const TraceMetadata* mu, Report& report) {
+  const std::pair<const char*, const TraceMetadata*> runs[] = {
+      {"test", mt}, {"ref", mr}, {"truth", mu}};
+  std::vector<std::string> starts;
+  std::string first;
+  bool differ = false;
+  for (const auto& [role, meta] : runs) {
+    const std::string start = meta ? backward_start(*meta) : "";
+    if (start.empty()) continue;
+    if (!first.empty() && start != first) differ = true;
+    if (first.empty()) first = start;
+    starts.push_back(std::string(role) + ": " + start);
+  }
+  if (differ) {
+    report.could_not_judge.push_back(
+        "the runs' backward passes started from different upstream gradients (" +
+        detail::joined(starts, "; ") +
+        "): capture every run with the same seed and the same numalign version");
+  }
+}
+
 }  // namespace
 
 void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
                            const TraceMetadata* mu, Report& report) {
   if (mu) warn_truth_below_float64(*mu, report);
+  refuse_different_backward_starts(mt, mr, mu, report);
   if (mt && mr) {
     if (!mt->dtype_recipe.empty() && !mr->dtype_recipe.empty() &&
         mt->dtype_recipe != mr->dtype_recipe) {
@@ -225,10 +261,23 @@ void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
                                 mr->dtype_recipe + "', test '" + mt->dtype_recipe +
                                 "'): the ratio compares unlike things");
     }
-    std::vector<std::string> differ;
+    std::vector<std::string> differ, unlike;
     for (const auto& [input, hash] : mr->fingerprints) {
       const auto it = mt->fingerprints.find(input);
-      if (it != mt->fingerprints.end() && it->second != hash) differ.push_back(input);
+      if (it == mt->fingerprints.end() || it->second == hash) continue;
+      if (fingerprint_algorithm(it->second) != fingerprint_algorithm(hash)) {
+        unlike.push_back(input);
+      } else {
+        differ.push_back(input);
+      }
+    }
+    if (!unlike.empty()) {
+      report.warnings.push_back(
+          "the inputs of ref and test were not compared: their fingerprints were made by "
+          "different algorithms (ref " +
+          std::string(fingerprint_algorithm(mr->fingerprints.at(unlike.front()))) + ", test " +
+          std::string(fingerprint_algorithm(mt->fingerprints.at(unlike.front()))) +
+          "; traces captured by different numalign versions)");
     }
     if (!differ.empty()) {
       std::string list;

@@ -586,6 +586,7 @@ std::string TraceMetadata::to_json() const {
     w.end_object();
   }
   if (seed) w.key("seed").raw(std::to_string(*seed));
+  str("upstream_gradient", upstream_gradient);
   if (!order.empty()) {
     w.key("order").begin_array();
     for (const auto& n : order) w.string(n);
@@ -686,6 +687,8 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
       m.versions = string_map(f.value, k);
     else if (k == "fingerprints")
       m.fingerprints = string_map(f.value, k);
+    else if (k == "upstream_gradient")
+      m.upstream_gradient = need_string(f.value, k);
     else if (k == "seed") {
       std::int64_t s;
       if (f.value.get(s)) fail(where, ctx + ": seed must be an integer");

@@ -10,8 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <optional>
 
 #include "atomic_file.hpp"
+#include "background_appender.hpp"
 #include "json.hpp"
 #include "numalign/error.hpp"
 
@@ -110,54 +113,93 @@ int unnamed_file(const std::string& dir, const std::string& target) {
   return fd;
 }
 
+std::uint64_t round_up(std::uint64_t n, std::uint64_t to) { return (n + to - 1) / to * to; }
+
 }  // namespace
 
-TraceStreamWriter::TraceStreamWriter(std::string path) : path_(std::move(path)) {
-  namespace fs = std::filesystem;
-  const fs::path p(path_);
-  side_ = unnamed_file(p.has_parent_path() ? p.parent_path().string() : ".", path_);
-}
+// Where the data goes as it arrives: the temporary file that becomes `path`, `base` bytes in
+// (room for the header); or, when `path` is written through, an unnamed side file.
+struct TraceStreamWriter::Sink {
+  detail::AtomicFile out;
+  int side = -1;
+  std::uint64_t base = 0;
+  std::optional<detail::BackgroundAppender> appender;
+
+  Sink(const std::string& path, const StreamOptions& options) : out(path) {
+    detail::BackgroundAppender::Options staging{options.staging_block_bytes, options.staging_blocks,
+                                                0};
+    int fd = out.fd();
+    if (out.written_through()) {
+      namespace fs = std::filesystem;
+      const fs::path p(path);
+      side = fd = unnamed_file(p.has_parent_path() ? p.parent_path().string() : ".", path);
+      staging.writeback_from = std::numeric_limits<std::uint64_t>::max();  // copied later
+    } else {
+      base = round_up(std::max<std::uint64_t>(options.header_reserve, 4096), 4096);
+      // Below that size the data is rewritten at close: no point flushing it to disk.
+      staging.writeback_from = options.reference_layout_below;
+    }
+    appender.emplace(fd, base, path, staging);
+  }
+  ~Sink() {
+    appender.reset();  // the thread stops before the file it writes closes
+    if (side >= 0) ::close(side);
+  }
+  int data_fd() const { return side >= 0 ? side : out.fd(); }
+};
+
+TraceStreamWriter::TraceStreamWriter(std::string path, StreamOptions options)
+    : path_(std::move(path)), options_(options), sink_(std::make_unique<Sink>(path_, options_)) {}
 
 TraceStreamWriter::~TraceStreamWriter() { abort(); }
 
 void TraceStreamWriter::add(const std::string& name, const TensorView& view) {
-  if (side_ < 0) fail(path_, "the trace is already closed");
+  if (!sink_) fail(path_, "the trace is already closed");
   if (name == "__metadata__") fail(path_, "a tensor cannot be named __metadata__");
-  if (std::any_of(tensors_.begin(), tensors_.end(),
-                  [&](const NamedTensor& t) { return t.name == name; })) {
+  if (!names_.insert(name).second) {
     fail(path_, "tensor \"" + name + "\" written twice (names must be unique)");
   }
-  const auto* p = reinterpret_cast<const char*>(view.data);
-  for (std::uint64_t n = view.nbytes(), at = size_; n > 0;) {
-    const ssize_t k = ::pwrite(side_, p, n, static_cast<off_t>(at));
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) fail(path_, std::string("cannot write tensor data: ") + std::strerror(errno));
-    p += k;
-    at += static_cast<std::uint64_t>(k);
-    n -= static_cast<std::uint64_t>(k);
-  }
+  const std::uint64_t nb = view.nbytes();
+  sink_->appender->append(view.data, nb);
+  const std::size_t element = element_size(view.dtype);
+  if (element > 1 && size_ % element != 0) aligned_ = false;
   tensors_.push_back({name, TensorView{view.dtype, view.shape, nullptr}});
   offsets_.push_back(size_);
-  size_ += view.nbytes();
+  size_ += nb;
 }
 
 void TraceStreamWriter::close(const std::map<std::string, std::string>* metadata) {
-  if (side_ < 0) fail(path_, "the trace is already closed");
-  const std::vector<const NamedTensor*> order = serialization_order(tensors_);
-  detail::AtomicFile out(path_);
-  write_frame(out, header_for(order, metadata));
-  for (const NamedTensor* t : order) {
-    out.append_from(side_, offsets_[static_cast<std::size_t>(t - tensors_.data())],
-                    t->view.nbytes());
+  if (!sink_) fail(path_, "the trace is already closed");
+  sink_->appender->finish();
+  std::vector<const NamedTensor*> arrival;
+  for (const auto& t : tensors_) arrival.push_back(&t);
+  std::string header = header_for(arrival, metadata);
+  Sink& sink = *sink_;
+  if (sink.side < 0 && aligned_ && size_ >= options_.reference_layout_below &&
+      8 + header.size() <= sink.base) {
+    header.append(sink.base - 8 - header.size(), ' ');  // JSON whitespace up to the data
+    std::uint8_t len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(header.size() >> (8 * i));
+    sink.out.write_at(len, 8, 0);
+    sink.out.write_at(header.data(), header.size(), 8);
+    sink.out.commit();
+    written_once_ = true;
+  } else {
+    const std::vector<const NamedTensor*> order = serialization_order(tensors_);
+    std::optional<detail::AtomicFile> separate;
+    detail::AtomicFile& out = sink.side >= 0 ? sink.out : separate.emplace(path_);
+    write_frame(out, header_for(order, metadata));
+    for (const NamedTensor* t : order) {
+      out.append_from(sink.data_fd(),
+                      sink.base + offsets_[static_cast<std::size_t>(t - tensors_.data())],
+                      t->view.nbytes());
+    }
+    out.commit();
   }
-  out.commit();
-  abort();  // the side file is done with
+  abort();  // the temporary (or side) file is done with
 }
 
-void TraceStreamWriter::abort() {
-  if (side_ >= 0) ::close(side_);
-  side_ = -1;
-}
+void TraceStreamWriter::abort() { sink_.reset(); }
 
 void write_file_atomic(const std::string& path, std::string_view content) {
   detail::AtomicFile out(path);

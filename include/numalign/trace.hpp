@@ -36,6 +36,9 @@ struct TraceMetadata {
   std::map<std::string, std::string> versions;
   std::map<std::string, bool> tf32;  // e.g. {"matmul": false, "cudnn": false}
   std::optional<std::int64_t> seed;
+  // How the upstream gradient of the backward pass was drawn (upstream_gradient.hpp); empty
+  // in traces made before it was recorded.
+  std::string upstream_gradient;
   std::vector<std::string> order;                                  // execution order of the tensors
   std::map<std::string, std::map<std::string, std::string>> tags;  // name -> {module, kind}
   std::map<std::string, std::string> fingerprints;                 // input -> hash

@@ -197,11 +197,26 @@ def compare_with_rank0(mine: tuple[str, Sequence[int], tuple[int, int, object] |
 
 def consistency_report(summaries: Sequence[Sequence[tuple[str, str, Sequence[int], str]]], measured: Sequence[tuple[str, RankDifference]], rule: str, files: Sequence[str]) -> str: ...
 
+def fingerprint(tensor: tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]]) -> str:
+    """
+    A hash of a tensor's dtype, shape and bytes (numalign/fingerprint.hpp).
+    """
+
+UPSTREAM_GRADIENT_RECIPE: str = 'uniform-splitmix64'
+
+def upstream_gradient(key: int, count: int) -> Annotated[NDArray[numpy.float32], dict(shape=(None,))]:
+    """
+    The fixed upstream gradient of captured runs: count float32 values drawn from key.
+    """
+
 class TraceStreamWriter:
-    def __init__(self, path: str) -> None: ...
+    def __init__(self, path: str, header_reserve: int = 1048576, reference_layout_below: int = 67108864) -> None: ...
 
     @property
     def path(self) -> str: ...
+
+    @property
+    def written_once(self) -> bool: ...
 
     def add(self, name: str, tensor: tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]]) -> None: ...
 

@@ -122,7 +122,8 @@ class ModuleRecorder:
             default_memory_budget() if memory_budget is None else memory_budget)
         self._held = 0             # bytes of the tensors held in memory
         self._params = list(model.named_parameters())
-        self._writer = _core.TraceStreamWriter(os.fspath(save_to)) if save_to is not None else None
+        self._writer = None if save_to is None else _core.TraceStreamWriter(
+            os.fspath(save_to), header_reserve=self._header_estimate())
         self._tensors = {}
         self.order, self.tags, self.inputs = [], {}, {}
         self.skipped = {}          # name -> why it was not recorded
@@ -132,15 +133,20 @@ class ModuleRecorder:
         self._stack = []           # forward calls in progress: (path, call)
         self._param_at = {}        # parameter name -> len(order) when its gradient was final
 
+    # Bytes of header per selected module (its tensors' entries, tags, inputs and order
+    # lines: about 2.3 KiB for a Llama layer's modules) and per parameter (its gradient and
+    # fingerprint), with room to spare: a header that outgrows the reserve only costs a
+    # rewrite of the file (TraceStreamWriter), never a wrong one.
+    _HEADER_PER_MODULE, _HEADER_PER_PARAMETER = 6 << 10, 1 << 10
+
+    def _header_estimate(self) -> int:
+        return ((64 << 10) + self._HEADER_PER_MODULE * len(self._modules)
+                + self._HEADER_PER_PARAMETER * len(self._params))
+
     def record(self, name, tensor, *, module, kind, call=0, inputs=None, producer=None):
         if name in self.tags:
             raise ValueError(f"tensor {name!r} recorded twice")
-        t = tensor.detach()
-        if self._writer is not None:
-            self._writer.add(name, to_core(t, name))
-        else:
-            self._hold(name, t)
-            self._tensors[name] = t.clone()  # later in-place updates must not change it
+        self._store(name, tensor.detach())
         self.order.append(name)
         self.tags[name] = {"module": module, "kind": kind, "call": str(call)}
         if producer is not None:
@@ -148,6 +154,15 @@ class ModuleRecorder:
         if inputs is not None:
             self.inputs[name] = list(inputs)
         return name
+
+    def _store(self, name, t):
+        """Writes the tensor's values as they are now (the writer copies them; in memory, a
+        clone): later in-place updates by the model must not change what was recorded."""
+        if self._writer is not None:
+            self._writer.add(name, to_core(t, name))
+        else:
+            self._hold(name, t)
+            self._tensors[name] = t.clone()
 
     def _hold(self, name, t):
         """Counts a tensor against the budget; refuses, before copying it, one that would
@@ -158,7 +173,7 @@ class ModuleRecorder:
                 f"recording {name!r} ({size:,} bytes) would take the trace held in memory past "
                 f"its budget of {self._budget:,} bytes ({self._held:,} held, "
                 f"{len(self._tensors)} tensors): pass save_to=PATH to stream the trace to a file "
-                "(memory then stays bounded by the largest tensor), select fewer modules with "
+                "(recording then holds nothing but 8 MiB of write buffers), select fewer modules with "
                 "modules=[...], or raise memory_budget=")
         self._held += size
 

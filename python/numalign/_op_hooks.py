@@ -71,6 +71,8 @@ class _OpMode(TorchDispatchMode):
 class OpRecorder(ModuleRecorder):
     """A ModuleRecorder that also records, inside the selected modules, each op's outputs."""
 
+    _HEADER_PER_MODULE = 64 << 10  # a few dozen ops per module call, forward and backward
+
     def __init__(self, model, globs, save_to, memory_budget=None):
         super().__init__(model, globs, save_to, memory_budget)
         self.selected = [p for p, _ in self._modules]

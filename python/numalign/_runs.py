@@ -9,6 +9,7 @@ import hashlib
 
 import torch
 
+from . import _core
 from ._tensors import flatten, map_tensors
 
 
@@ -35,11 +36,16 @@ def _cast(x, dtype, device):
 
 
 def _upstream_grad(out: torch.Tensor, name: str, seed: int) -> torch.Tensor:
-    """A fixed random gradient per output, drawn in float64 from (seed, name) and cast, so
-    every precision's run receives the same one."""
+    """A fixed gradient per output, drawn by the core from (seed, name) in float32 (uniform,
+    unit variance; see numalign/upstream_gradient.hpp) and cast, so every precision's run,
+    on every machine, receives the same one (recorded as ``UPSTREAM_GRADIENT``)."""
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2 ** 63 - 1))
-    return torch.randn(out.shape, dtype=torch.float64, generator=g).to(out.dtype).to(out.device)
+    values = torch.from_numpy(_core.upstream_gradient(int.from_bytes(digest[:8], "little"),
+                                                      out.numel()))
+    return values.reshape(out.shape).to(device=out.device, dtype=out.dtype)
+
+
+UPSTREAM_GRADIENT = _core.UPSTREAM_GRADIENT_RECIPE
 
 
 def _as_args(inputs):
@@ -48,11 +54,16 @@ def _as_args(inputs):
 
 def _module_copy(module, dtype, device):
     """A deep copy of ``module`` with its floating parameters cast: the caller's model is
-    left untouched."""
-    copied = copy.deepcopy(module).to(device)
-    for p in copied.parameters():
-        if p.is_floating_point():
-            p.data = p.data.to(dtype)
+    left untouched. Each parameter is cast straight from the original (the deep copy is
+    handed the cast one), so its data is copied once, not copied and then cast; tied
+    parameters stay tied."""
+    memo = {}
+    for p in module.parameters():  # each shared parameter once
+        if id(p) not in memo:
+            data = p.detach().to(device=device, dtype=dtype if p.is_floating_point() else None,
+                                 copy=True)
+            memo[id(p)] = torch.nn.Parameter(data, requires_grad=p.requires_grad)
+    copied = copy.deepcopy(module, memo).to(device)
     copied.zero_grad(set_to_none=True)
     return copied
 

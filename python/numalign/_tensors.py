@@ -3,10 +3,11 @@ no copy for contiguous CPU data; nested outputs flattened to dotted names."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Mapping
 
 import numpy as np
+
+from . import _core
 
 try:
     import torch
@@ -72,13 +73,9 @@ def to_core(x, name: str):
 
 
 def fingerprint(t) -> str:
-    """A hash of a tensor's dtype, shape and bytes: equal tensors give equal fingerprints
-    (the inputs of runs in trace metadata; replicated tensors across ranks)."""
-    t = t.detach().resolve_neg().resolve_conj().cpu().contiguous()
-    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
-    if t.numel():
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return "sha256:" + h.hexdigest()[:32]
+    """A hash of a tensor's dtype, shape and bytes, by the core (XXH3-128): equal tensors
+    give equal fingerprints (the inputs of runs in trace metadata)."""
+    return _core.fingerprint(to_core(t.detach(), "fingerprint"))
 
 
 def torch_dtype(code: str):

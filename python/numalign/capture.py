@@ -10,7 +10,8 @@ import torch
 from . import _precision
 from ._module_hooks import ModuleRecorder, RecordingBudgetExceeded  # noqa: F401 (raised here)
 from ._op_hooks import OpRecorder
-from ._runs import _as_args, _cast, _forward_backward, _module_copy, tf32_off, watch_randomness
+from ._runs import (UPSTREAM_GRADIENT, _as_args, _cast, _forward_backward, _module_copy, tf32_off,
+                    watch_randomness)
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
@@ -60,6 +61,7 @@ def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=Non
         "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
                  "cudnn": torch.backends.cudnn.allow_tf32},
         "seed": seed,
+        "upstream_gradient": UPSTREAM_GRADIENT,
         "order": order,
         "tags": tags,
         "fingerprints": fingerprints,
@@ -112,8 +114,9 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     called again gets a call index (``layers.0.attn#1.out``). ``modules``: globs on module
     paths (default all). The trace keeps execution order and, per tensor, its module, kind
     and call, and what it was computed from, so a judgement can name the first module to
-    go wrong. With ``save_to``, tensors stream to that file as they are produced (memory
-    stays bounded by the largest tensor) and the returned Trace maps it; without it, the
+    go wrong. With ``save_to``, tensors stream to that file as they are produced (copied
+    into 8 MiB of buffers that a background thread writes: recording holds no tensor the
+    model has let go) and the returned Trace maps it; without it, the
     trace is held in memory up to ``memory_budget`` bytes (default half of the memory
     available when the call starts), past which it stops with RecordingBudgetExceeded
     rather than exhaust the machine. A float64 run stays float64 as in ``run_fwd_bwd``

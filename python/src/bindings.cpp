@@ -16,6 +16,7 @@
 #include "numalign/consistency.hpp"
 #include "numalign/divergence.hpp"
 #include "numalign/error.hpp"
+#include "numalign/fingerprint.hpp"
 #include "numalign/judge.hpp"
 #include "numalign/map.hpp"
 #include "numalign/options.hpp"
@@ -23,6 +24,7 @@
 #include "numalign/sensitivity.hpp"
 #include "numalign/trace.hpp"
 #include "numalign/trace_writer.hpp"
+#include "numalign/upstream_gradient.hpp"
 #include "numalign/version.hpp"
 
 namespace nb = nanobind;
@@ -324,11 +326,42 @@ NB_MODULE(_core, m) {
       },
       "summaries"_a, "measured"_a, "rule"_a, "files"_a);
 
-  // trace_model(save_to=): each tensor written as it is produced, the file renamed into
-  // place by close(); the one writer, so its bytes are those of write_trace.
+  m.def(
+      "fingerprint",
+      [](const PyTensor& t) {
+        const TensorView v = to_view(t, "fingerprint");
+        nb::gil_scoped_release release;
+        return fingerprint(v);
+      },
+      "tensor"_a, "A hash of a tensor's dtype, shape and bytes (numalign/fingerprint.hpp).");
+  m.attr("UPSTREAM_GRADIENT_RECIPE") = std::string(kUpstreamGradientRecipe);
+  m.def(
+      "upstream_gradient",
+      [](std::uint64_t key, std::size_t count) {
+        auto* values = new float[count];
+        fill_upstream_gradient(key, values, count);
+        nb::capsule owner(values, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+        return nb::ndarray<nb::numpy, float, nb::ndim<1>>(values, {count}, owner);
+      },
+      "key"_a, "count"_a,
+      "The fixed upstream gradient of captured runs: count float32 values drawn from key.");
+
+  // trace_model(save_to=): each tensor copied as it is produced and written in the
+  // background, the file renamed into place by close() (see StreamOptions).
   nb::class_<TraceStreamWriter>(m, "TraceStreamWriter")
-      .def(nb::init<std::string>(), "path"_a)
+      .def(
+          "__init__",
+          [](TraceStreamWriter* w, std::string path, std::uint64_t header_reserve,
+             std::uint64_t reference_layout_below) {
+            StreamOptions options;
+            options.header_reserve = header_reserve;
+            options.reference_layout_below = reference_layout_below;
+            new (w) TraceStreamWriter(std::move(path), options);
+          },
+          "path"_a, "header_reserve"_a = StreamOptions{}.header_reserve,
+          "reference_layout_below"_a = StreamOptions{}.reference_layout_below)
       .def_prop_ro("path", &TraceStreamWriter::path)
+      .def_prop_ro("written_once", &TraceStreamWriter::written_once)
       .def(
           "add",
           [](TraceStreamWriter& w, const std::string& name, const PyTensor& t) {

@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 
+#include "numalign/upstream_gradient.hpp"
 #include "simulations.hpp"
 
 namespace numalign {
@@ -80,6 +81,17 @@ TEST_F(JudgeTest, DifferentInputsAreFlagged) {
   EXPECT_TRUE(warned(r, "inputs differ between ref and test (fingerprints of x)"));
 }
 
+// Fingerprints from older traces (SHA-256) cannot be compared with XXH3's: said, not
+// mistaken for different inputs.
+TEST_F(JudgeTest, FingerprintsOfDifferentAlgorithmsAreNotCompared) {
+  const Report r =
+      judge_files(meta("bf16", "xxh3-128:00"), meta("bf16", "sha256:00"), meta("fp64", "x"));
+  EXPECT_FALSE(warned(r, "inputs differ"));
+  EXPECT_TRUE(warned(r,
+                     "not compared: their fingerprints were made by different algorithms "
+                     "(ref sha256, test xxh3-128"));
+}
+
 TEST_F(JudgeTest, Tf32IsFlagged) {
   const Report r = judge_files(meta("bf16", "a", true), meta("bf16", "a"), meta("fp64", "a"));
   EXPECT_TRUE(warned(r, "test ran with TF32 on (matmul)"));
@@ -88,6 +100,44 @@ TEST_F(JudgeTest, Tf32IsFlagged) {
 TEST_F(JudgeTest, TruthAtRefsPrecisionIsFlagged) {
   const Report r = judge_files(meta("bf16", "a"), meta("bf16", "a"), meta("bf16", "a"));
   EXPECT_TRUE(warned(r, "no higher-precision truth"));
+}
+
+// Backward passes that started from different upstream gradients compute different
+// gradients by design: the run cannot be judged, whatever its tensors say.
+TEST_F(JudgeTest, BackwardPassesFromDifferentUpstreamGradientsCannotBeJudged) {
+  auto captured = [](std::optional<std::int64_t> seed, const std::string& recipe) {
+    TraceMetadata m = meta("bf16", "a");
+    m.seed = seed;
+    m.upstream_gradient = recipe;
+    return m;
+  };
+  const std::string now(kUpstreamGradientRecipe);
+  auto refused = [](const Report& r) {
+    for (const auto& why : r.could_not_judge) {
+      if (why.find("different upstream gradients") != std::string::npos) return why;
+    }
+    return std::string();
+  };
+  const Report same = judge_files(captured(0, now), captured(0, now), captured(0, now));
+  EXPECT_TRUE(same.aligned());
+  EXPECT_EQ(refused(same), "");
+
+  const Report seeds = judge_files(captured(0, now), captured(1, now), captured(0, now));
+  EXPECT_FALSE(seeds.aligned());
+  EXPECT_NE(
+      refused(seeds).find("test: seed 0, " + now + "; ref: seed 1, " + now + "; truth: seed 0"),
+      std::string::npos)
+      << refused(seeds);
+
+  // A trace from before the recipe was recorded (a seed, no recipe) drew with torch.randn.
+  const Report versions = judge_files(captured(0, ""), captured(0, now), captured(0, now));
+  EXPECT_NE(refused(versions).find("test: seed 0, randn-float64"), std::string::npos)
+      << refused(versions);
+
+  // Traces that record no seed were not captured by numalign: nothing to compare.
+  const Report elsewhere =
+      judge_files(captured(std::nullopt, ""), captured(0, now), captured(std::nullopt, ""));
+  EXPECT_EQ(refused(elsewhere), "");
 }
 
 TEST_F(JudgeTest, MismatchesFailWithTheirReason) {

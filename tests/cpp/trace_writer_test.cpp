@@ -213,5 +213,113 @@ TEST(TraceStreamWriterTest, AbortLeavesThePreviousFileAsItWas) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 
+// A large trace's data is written once, where it first lands (arrival order, after a header
+// padded with JSON whitespace to the reserve): the reference reader's rules still hold
+// (offsets back to back from 0, the header JSON), and every tensor reads back bit for bit,
+// including one that spans many staging blocks.
+StreamOptions written_once_options() {
+  StreamOptions o;
+  o.header_reserve = 4096;
+  o.reference_layout_below = 0;
+  o.staging_block_bytes = 64;  // tensors cross blocks, and the blocks are reused
+  o.staging_blocks = 2;
+  return o;
+}
+
+TEST(TraceStreamWriterTest, LargeTracesAreWrittenOnceInArrivalOrder) {
+  const TempDir dir;
+  std::vector<double> big(1000);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = 0.5 * static_cast<double>(i) - 7;
+  std::vector<float> small{1.5f, -2.0f};
+  std::vector<std::int64_t> ids{3, 1, 4, 1};
+  const TensorView vb{DType::F64, {10, 100}, reinterpret_cast<const std::byte*>(big.data())};
+  const TensorView vs{DType::F32, {2}, reinterpret_cast<const std::byte*>(small.data())};
+  const TensorView vi{DType::I64, {4}, reinterpret_cast<const std::byte*>(ids.data())};
+  const std::string path = dir.file("t.safetensors");
+  const std::map<std::string, std::string> meta{{"numalign", "{\"seed\":0}"}};
+  TraceStreamWriter w(path, written_once_options());
+  w.add("z.big", vb);
+  big.assign(big.size(), 99.0);  // the caller may change its bytes once add returns
+  w.add("a.small", vs);
+  w.add("ids", vi);
+  w.close(&meta);
+  EXPECT_TRUE(w.written_once());
+  const std::string bytes = read_all(path);
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  EXPECT_EQ(header_size, 4096u - 8) << "the header fills the reserve";
+  EXPECT_EQ(bytes.size(), 4096u + 8000 + 8 + 32);
+  EXPECT_LT(bytes.find("\"z.big\""), bytes.find("\"a.small\"")) << "arrival order in the header";
+  const Trace t = Trace::open(path);
+  ASSERT_EQ(t.entries().size(), 3u);
+  EXPECT_EQ(t.entries()[0].name, "z.big") << "file order is arrival order";
+  const auto* e = t.find("z.big");
+  ASSERT_NE(e, nullptr);
+  for (std::size_t i = 0; i < 1000; ++i) {
+    double v = 0;
+    std::memcpy(&v, e->view.data + 8 * i, 8);
+    ASSERT_EQ(v, 0.5 * static_cast<double>(i) - 7) << i;
+  }
+  EXPECT_EQ(std::memcmp(t.find("a.small")->view.data, small.data(), 8), 0);
+  EXPECT_EQ(std::memcmp(t.find("ids")->view.data, ids.data(), 32), 0);
+  ASSERT_TRUE(t.metadata().has_value());
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+// Where writing once would break the format or its alignment, the trace is rewritten in the
+// reference serializer's layout: the same bytes as write_trace.
+TEST(TraceStreamWriterTest, RewrittenInTheReferenceLayoutWhenWritingOnceCannotBe) {
+  const TempDir dir;
+  std::vector<std::uint16_t> odd{1, 2, 3};  // 6 bytes: what follows would be misaligned
+  std::vector<float> f{4, 5};
+  const TensorView vo{DType::BF16, {3}, reinterpret_cast<const std::byte*>(odd.data())};
+  const TensorView vf{DType::F32, {2}, reinterpret_cast<const std::byte*>(f.data())};
+  write_trace(dir.file("whole.safetensors"), {{"odd", vo}, {"f", vf}});
+  {
+    TraceStreamWriter w(dir.file("misaligned.safetensors"), written_once_options());
+    w.add("odd", vo);
+    w.add("f", vf);
+    w.close();
+    EXPECT_FALSE(w.written_once());
+  }
+  EXPECT_EQ(read_all(dir.file("misaligned.safetensors")), read_all(dir.file("whole.safetensors")));
+
+  // A header larger than the reserve: 200 long names.
+  std::vector<NamedTensor> many;
+  for (int i = 0; i < 200; ++i) many.push_back({"tensor.number." + std::to_string(i), vf});
+  write_trace(dir.file("many.safetensors"), many);
+  {
+    TraceStreamWriter w(dir.file("streamed.safetensors"), written_once_options());
+    for (const auto& t : many) w.add(t.name, t.view);
+    w.close();
+    EXPECT_FALSE(w.written_once());
+  }
+  EXPECT_EQ(read_all(dir.file("streamed.safetensors")), read_all(dir.file("many.safetensors")));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 4);
+}
+
+// A write that fails in the background (here: past the largest file the file system takes)
+// is reported by the next add() or close(), naming the file; the target is left alone.
+TEST(TraceStreamWriterTest, AWriteErrorNamesTheFileAndLeavesItAlone) {
+  const TempDir dir;
+  const std::string path = dir.file("t.safetensors");
+  std::ofstream(path) << "previous";
+  std::vector<float> a(4096, 1.0f);
+  const TensorView va{DType::F32, {4096}, reinterpret_cast<const std::byte*>(a.data())};
+  StreamOptions o = written_once_options();
+  o.header_reserve = std::uint64_t{1} << 62;  // past any file system's largest file
+  try {
+    TraceStreamWriter w(path, o);
+    for (int i = 0; i < 50; ++i) w.add("a" + std::to_string(i), va);
+    w.close();
+    FAIL() << "written";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), path);
+    EXPECT_NE(e.problem().find("cannot write tensor data"), std::string::npos) << e.problem();
+  }
+  EXPECT_EQ(read_all(path), "previous");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
 }  // namespace
 }  // namespace numalign

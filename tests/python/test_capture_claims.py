@@ -3,6 +3,8 @@ capture.run_fwd_bwd: a legitimate reordering passes (ratio <= 1.5 over outputs a
 dropping one reduction column fails (ratio >= 20 in bf16, > 1e5 in fp32)."""
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -118,3 +120,44 @@ def test_runs_share_inputs_and_upstream_gradients():
     other = capture.run_fwd_bwd(module, (inputs[0] + 1,), torch.float64)
     report = numalign.judge(other, a, a)
     assert any("inputs differ" in w for w in report.warnings)
+
+
+def _splitmix64(x):
+    """splitmix64's output function, written again here from its published constants: the
+    oracle the core's upstream gradient is checked against, bit for bit."""
+    mask = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)
+
+
+def test_the_upstream_gradient_is_the_documented_draw_bit_for_bit():
+    import hashlib
+
+    from numalign._runs import _upstream_grad
+    out = torch.zeros(3, 7, dtype=torch.float64)
+    got = _upstream_grad(out, "out.logits", 5)
+    key = int.from_bytes(hashlib.sha256(b"5:out.logits").digest()[:8], "little")
+    stream = _splitmix64(key)
+    k = np.array([(_splitmix64((stream + i) & ((1 << 64) - 1)) >> 40) - 2 ** 23
+                  for i in range(21)], dtype=np.float32)
+    want = (k * np.float32(2.0 ** -23)) * np.float32(3 ** 0.5)  # float32 products, as documented
+    assert got.dtype == torch.float64 and got.shape == (3, 7)
+    assert got.reshape(-1).tolist() == want.astype(np.float64).tolist()  # bit for bit
+    # Each precision receives that draw rounded to it, once.
+    bf16 = _upstream_grad(out.to(torch.bfloat16), "out.logits", 5)
+    assert torch.equal(bf16, got.to(torch.bfloat16))
+
+
+def test_runs_from_different_seeds_cannot_be_judged():
+    module, inputs = make("linear", "reference")
+    a = capture.run_fwd_bwd(module, inputs, torch.float32, seed=5)
+    b = capture.run_fwd_bwd(module, inputs, torch.float32, seed=6)
+    truth = capture.run_fwd_bwd(module, inputs, torch.float64, seed=5)
+    assert a.metadata["upstream_gradient"] == "uniform-splitmix64"
+    report = numalign.judge(b, a, truth)
+    assert report.exit_code == 2
+    assert any("different upstream gradients (test: seed 6, uniform-splitmix64; ref: seed 5"
+               in why for why in report.could_not_judge), report.could_not_judge
+    assert numalign.judge(a, a, truth).aligned

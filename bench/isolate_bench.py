@@ -1,0 +1,93 @@
+"""isolate_bench.py: what capture.isolate costs against the three trace_model runs (truth, ref,
+test) it stands beside (issue 23, item 4). On an HF Llama built from a config (default: 12
+layers, hidden 256, batch 2 x 128 tokens, bf16), each measured in turn, alternating, medians
+of --repeat runs:
+
+    three_traces   trace_model of the truth (float64), the ref and the test (bf16), in memory;
+    isolate        capture.isolate(test, ref, inputs, bf16) (its report included);
+    forward_backward  one plain forward + backward in bf16 (the unit of work).
+
+It also counts the work isolate does by design: every selected module call is rerun on its
+own for each of the three roles, so a module nested d levels deep runs d + 1 times per role
+(its own run and each enclosing module's); the sum over calls of their parameters' share of
+the model tells how many model passes that is.
+
+    python bench/isolate_bench.py [--layers 12 --hidden 256 --batch 2 --tokens 128 --repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+from capture_bench import llama
+from numalign import capture
+from numalign._runs import _module_copy, selected_modules
+
+
+def model_passes(model) -> float:
+    """Parameters run per role by isolate, over the model's parameters: the model passes
+    (forward + backward) isolate's design costs per role, counting by weights."""
+    total = sum(p.numel() for p in model.parameters())
+    run = sum(sum(p.numel() for p in m.parameters()) for _, m in selected_modules(model, None)
+              if not isinstance(m, torch.nn.ModuleList))
+    return run / total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=4000)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = torch.bfloat16
+    ref = llama(args.layers, args.hidden, args.vocab)
+    test = copy.deepcopy(ref)
+    with torch.no_grad():  # a planted bug, so that the report has something to rank
+        test.model.layers[args.layers // 2].mlp.down_proj.weight.mul_(1.01)
+    g = torch.Generator().manual_seed(1)
+    inputs = {"input_ids": torch.randint(0, args.vocab, (args.batch, args.tokens), generator=g)}
+    cast = _module_copy(ref, dtype, "cpu")
+    upstream = torch.randn(args.batch, args.tokens, args.vocab, generator=g).to(dtype)
+
+    def forward_backward():
+        cast.zero_grad(set_to_none=True)
+        cast(**inputs).logits.backward(upstream)
+
+    def three_traces():
+        for model, d in ((ref, torch.float64), (ref, dtype), (test, dtype)):
+            capture.trace_model(model, inputs, d)
+
+    variants = {"forward_backward": forward_backward, "three_traces": three_traces,
+                "isolate": lambda: capture.isolate(test, ref, inputs, dtype)}
+    for f in variants.values():
+        f()
+    times = {v: [] for v in variants}
+    for _ in range(args.repeat):
+        for v, f in variants.items():
+            start = time.perf_counter()
+            f()
+            times[v].append(time.perf_counter() - start)
+    median = {v: statistics.median(t) for v, t in times.items()}
+    print(f"HF Llama, {args.layers} layers, hidden {args.hidden}, batch {args.batch} x "
+          f"{args.tokens}, bf16 (truth float64), torch threads {torch.get_num_threads()}; "
+          f"median of {args.repeat}")
+    print("| variant | seconds | vs three_traces |")
+    print("| --- | ---: | ---: |")
+    for v in variants:
+        print(f"| {v} | {median[v]:.3f} | {median[v] / median['three_traces']:.2f}x |")
+    print(f"\nisolate reruns {model_passes(ref):.1f} model passes (by parameters) per role, "
+          "by design: each module call on its own, nested ones inside each enclosing one")
+
+
+if __name__ == "__main__":
+    main()
