@@ -10,7 +10,9 @@ the variants alternating, medians of --repeat runs:
                hooks and their bookkeeping (the "hooks" row of the pieces is hooks - run);
     memory     capture.trace_model held in memory: + the clones of what the hooks record;
     save_to    capture.trace_model(save_to=FILE): + writing the trace as it is produced
-               (the "writes" row of the pieces is save_to - hooks).
+               (the "writes" row of the pieces is save_to - hooks), a new file each time;
+    save_to_replacing  the same over the previous run's file: + the file system freeing the
+               replaced file's blocks (in the rename).
 
     python bench/capture_bench.py [--layers 8 --hidden 512 --batch 2 --tokens 256 --repeat 3]
                                   [--threads N]
@@ -85,13 +87,18 @@ def main() -> None:
 
     out_dir = tempfile.mkdtemp()
     path = os.path.join(out_dir, "trace.safetensors")
+    written = iter(range(1 << 30))
+
+    def save_to():  # a new file each time: replacing one costs freeing its blocks (see below)
+        capture.trace_model(model, inputs, dtype, save_to=f"{path}.{next(written)}")
     variants = {
         "plain": plain,
         "copy": lambda: _module_copy(model, dtype, "cpu"),
         "run": lambda: capture.run_fwd_bwd(model, inputs, dtype),
         "hooks": lambda: hooks_only(model, inputs, dtype),
         "memory": lambda: capture.trace_model(model, inputs, dtype),
-        "save_to": lambda: capture.trace_model(model, inputs, dtype, save_to=path),
+        "save_to": save_to,
+        "save_to_replacing": lambda: capture.trace_model(model, inputs, dtype, save_to=path),
     }
     for f in variants.values():  # warm up: allocator, kernels, page cache
         f()
@@ -101,6 +108,9 @@ def main() -> None:
             start = time.perf_counter()
             f()
             times[v].append(time.perf_counter() - start)
+            for old in os.listdir(out_dir):  # outside the timing
+                if old != "trace.safetensors":
+                    os.remove(os.path.join(out_dir, old))
     size = os.path.getsize(path) / 1e6
     os.remove(path)
     os.rmdir(out_dir)
