@@ -164,11 +164,13 @@ void refuse_clobbering(const std::string& output, std::vector<std::string> input
 }
 
 int emit(const Report& report, const OutputOptions& c) {
-  std::string text = c.format == "json"    ? render_json(report)
-                     : c.format == "junit" ? render_junit(report)
-                     : c.format == "html"  ? render_html(report)
-                                           : render_text(report, c.verbose);
-  write_file_atomic(c.output, text);
+  if (c.format == "json") {
+    write_json_file(report, c.output);  // as it is produced: it can be hundreds of MB
+  } else {
+    write_file_atomic(c.output, c.format == "junit"  ? render_junit(report)
+                                : c.format == "html" ? render_html(report)
+                                                     : render_text(report, c.verbose));
+  }
   if (c.output != "-") {
     // The report went to a file: still tell the person at the terminal the outcome.
     std::fprintf(stderr, "%s\n", render_summary(report).c_str());

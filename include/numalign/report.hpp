@@ -2,6 +2,7 @@
 // first, passes in trace order) and the text, JSON and JUnit renderings.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -103,6 +104,12 @@ std::string divergence_text(const FirstDivergence& d);
 // The verdict line that ends the text report: "ALIGNED: 3 of 3 tensors pass".
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
+// render_json's text handed to `sink` in pieces of about a megabyte as it is produced: a
+// million tensors make hundreds of megabytes of JSON, never held whole.
+void render_json(const Report& report, const std::function<void(std::string_view)>& sink);
+// render_json's text written to `path` as it is produced, atomically (as the CLI's -o: a
+// temporary file renamed into place once complete; "-" is stdout).
+void write_json_file(const Report& report, const std::string& path);
 std::string render_junit(const Report& report);
 // Several reports as one JUnit document, one <testsuite> each, named (e.g. by the test that
 // judged it: the pytest plugin's session report, by pytest node id), and each test case (a
