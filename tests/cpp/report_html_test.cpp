@@ -220,6 +220,41 @@ TEST(HtmlReportScaleTest, TenThousandTensorsMakeASmallPageWithLayerTicksAndBands
   EXPECT_NE(html.find("8000 more tensors (10000 in all)"), std::string::npos);
 }
 
+// Past 20,000 tensors the page aggregates: bounded whatever the count, it still names the
+// worst tensor and opens the way to it, and says what it left out.
+TEST(HtmlReportScaleTest, AHundredThousandTensorsMakeABoundedPageNamingTheWorst) {
+  Report r;
+  for (std::size_t i = 0; i < 100'000; ++i) {
+    TensorResult t;
+    t.name = "layers." + std::to_string(i / 50) + ".t" + std::to_string(i % 50);
+    const bool fails = i % 10 == 3;  // 10,000 failing: more than the page lists
+    t.verdict = fails ? VerdictKind::kFail : VerdictKind::kPass;
+    t.rule = "rmse";
+    t.reason = fails ? "beyond the limit" : "within the limit";
+    t.ratio = i == 77'773 ? 1e6 : fails ? 10.0 : 1.0;
+    t.limit = 3.0;
+    t.order = i;
+    r.tensors.push_back(std::move(t));
+  }
+  r.sort();
+  r.warnings.assign(5'000, "a warning");
+  const std::string html = render_html(r);
+  std::printf("page for %zu tensors: %zu bytes\n", r.tensors.size(), html.size());
+  EXPECT_LT(html.size(), 3'000'000u);
+  EXPECT_NE(html.find("id=\"tree-aggregated\">100000 tensors"), std::string::npos);
+  EXPECT_NE(html.find("<b>layers.1555</b>"), std::string::npos) << "the way to the worst, open";
+  EXPECT_NE(html.find("<td class=\"fail\">fail</td><td>t23</td><td>1e+06 / 3</td>"),
+            std::string::npos)
+      << "the worst tensor listed in its module";
+  EXPECT_NE(html.find("more modules, not drawn"), std::string::npos);
+  EXPECT_NE(html.find("not listed (aggregated above)"), std::string::npos);
+  EXPECT_NE(html.find("counted in the module tree above"), std::string::npos);
+  EXPECT_NE(html.find("4000 more, not listed here"), std::string::npos);
+  // The root still counts every tensor.
+  EXPECT_NE(html.find("100000 tensors, 10000 not passing; worst 1e+06 / 3 (layers.1555.t23)"),
+            std::string::npos);
+}
+
 TEST(HtmlReportScaleTest, FewTensorsAreDotsAndEveryLayerIsLabelled) {
   const std::string html = render_html(model_report(3, 1));  // 150 tensors
   const std::string chart = html.substr(0, html.find("</svg>"));
