@@ -19,6 +19,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,17 +69,38 @@ def make(count, out_dir, seed=0):
 
 
 def run(cmd):
-    """(seconds, peak RSS in bytes) of one run of cmd (its exit status 0 or 1: a verdict)."""
+    """(seconds, peak RSS in bytes) of one run of cmd (its exit status 0 or 1: a verdict).
+
+    The peak is the process's VmHWM, read every 5 ms until it exits: wait4's ru_maxrss would
+    count this Python's own memory, which the child shares until it execs.
+    """
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    peak = [0]
+
+    def watch():
+        path = f"/proc/{proc.pid}/status"
+        while True:
+            try:
+                with open(path) as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peak[0] = max(peak[0], int(line.split()[1]) * 1024)
+            except (OSError, ValueError):
+                return  # gone (or a zombie without memory)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    _, status = os.waitpid(proc.pid, 0)
     seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    watcher.join()
     err = proc.stderr.read().decode(errors="replace")
     proc.stderr.close()
-    code = os.waitstatus_to_exitcode(status)
-    if code not in (0, 1):
-        sys.exit(f"{' '.join(map(str, cmd))} exited {code}: {err}")
-    return seconds, usage.ru_maxrss * 1024
+    if proc.returncode not in (0, 1):
+        sys.exit(f"{' '.join(map(str, cmd))} exited {proc.returncode}: {err}")
+    return seconds, peak[0]
 
 
 def machine():
@@ -139,7 +161,8 @@ def main():
         s = statistics.median(x for x, _ in rs)
         rss = statistics.median(x for _, x in rs)
         size = "" if k == "floor" else human(os.path.getsize(cmds[k][-1]))
-        print(f"| {k} | {s:.2f} | {s / floor:.2f} | {human(rss)} | {size} |")
+        # A run too short for a reading of its memory shows "-".
+        print(f"| {k} | {s:.2f} | {s / floor:.2f} | {human(rss) if rss else '-'} | {size} |")
 
 
 if __name__ == "__main__":
