@@ -330,7 +330,7 @@ int pack(const std::string& in, const std::string& out) {
 // Options resolve before any file is read: a bad option is reported first.
 // `ranks` > 0: the test run is that many traces, named from `test` as
 // numalign.distributed.save names them (run.safetensors -> run.rank0.safetensors, ...).
-int run_judge(const JudgeOptions& options, const std::string& test, const std::string& ref,
+int run_judge(JudgeOptions options, const std::string& test, const std::string& ref,
               const std::string& truth, const JudgeArguments& args, std::size_t ranks,
               const OutputOptions& out) {
   const OpenedTraces t = open_traces(ranks ? rank_trace_path(test, 0) : test, ref, truth);
@@ -345,6 +345,7 @@ int run_judge(const JudgeOptions& options, const std::string& test, const std::s
   for (const Trace& r : other_ranks) test_ranks.push_back(&r);
   refuse_clobbering(out.output, inputs, {&t.test, &t.ref, t.truth_or_null()});
   Progress progress(!out.no_progress);
+  options.magnitude_profile_sum_only = true;  // the page draws the sum only
   const Report report = judge(test_ranks, t.ref, t.truth_or_null(), options, progress.callback());
   return emit(report, out);
 }

@@ -138,10 +138,37 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   MetricOptions mo{options.tol, options.equal_nan};
   mo.magnitude_profile = options.magnitude_profile;
   // The pass moves each tensor's metrics straight into its result.
-  detail::compute_metrics_into(
-      inputs,
-      [&](std::size_t k, Metrics&& m) { results[input_of[k]].metrics.emplace(std::move(m)); }, mo,
-      options.threads, progress, &pages);
+  const auto store = [&](std::size_t k, Metrics&& m) {
+    results[input_of[k]].metrics.emplace(std::move(m));
+  };
+  if (mo.magnitude_profile && options.magnitude_profile_sum_only &&
+      inputs.size() > kProfileSummedPast) {
+    // In groups: each group's profiles summed into the report in execution order (the same
+    // sum on every run, whatever the threads did) and dropped before the next group.
+    constexpr std::size_t kGroup = 1 << 16;
+    const auto bytes_of = [](const MetricsInput& in) {
+      return static_cast<double>(in.test->nbytes() * 2 + (in.truth ? in.truth->nbytes() : 0));
+    };
+    double total = 0, done = 0;
+    for (const auto& in : inputs) total += bytes_of(in);
+    for (std::size_t g = 0; g < inputs.size(); g += kGroup) {
+      const std::size_t n = std::min(kGroup, inputs.size() - g);
+      ProgressFn group_progress;
+      if (progress) group_progress = [&](double d, double) { progress(done + d, total); };
+      detail::compute_metrics_into(
+          std::span(inputs).subspan(g, n),
+          [&](std::size_t k, Metrics&& m) { store(g + k, std::move(m)); }, mo, options.threads,
+          group_progress, &pages);
+      for (std::size_t k = g; k < g + n; ++k) {
+        MagnitudeProfile& profile = results[input_of[k]].metrics->magnitude;
+        report.magnitude.add(profile);
+        profile = MagnitudeProfile();
+        done += bytes_of(inputs[k]);
+      }
+    }
+  } else {
+    detail::compute_metrics_into(inputs, store, mo, options.threads, progress, &pages);
+  }
   auto metrics_of = [&](std::size_t k) -> const Metrics& { return *results[input_of[k]].metrics; };
   // Rules run on the same threads as the pass: with many small tensors, formatting each
   // verdict's reason costs about as much as the pass over its data.
@@ -169,6 +196,8 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
                                 "): the rmse rule cannot judge against it");
     }
   }
+  // The data is read: its pages need not stay resident while the report is built.
+  pages.release_all();
   if (all_identical && inputs.size() == tensors.size()) {
     report.warnings.push_back(
         "test is bit-identical to ref in every tensor: was a run compared with itself?");

@@ -45,6 +45,10 @@ void PagePopulator::before_reading(const std::byte* p, std::size_t bytes) const 
 #endif
 }
 
+void PagePopulator::release_all() const {
+  for (const Region& r : regions_) release_pages(r.begin, r.size);
+}
+
 void populate_for_writing(void* p, std::size_t bytes) {
 #ifdef MADV_POPULATE_WRITE
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -55,6 +59,13 @@ void populate_for_writing(void* p, std::size_t bytes) {
   (void)p;
   (void)bytes;
 #endif
+}
+
+void release_pages(const void* p, std::size_t bytes) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 }  // namespace numalign::detail

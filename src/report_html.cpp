@@ -370,7 +370,7 @@ std::string ulp_chart(const Report& report) {
 
 // RMSE against the truth per magnitude bin of |truth|, test and ref, over every tensor.
 std::string magnitude_chart(const Report& report) {
-  MagnitudeProfile all;
+  MagnitudeProfile all = report.magnitude;
   for (const auto& r : report.tensors) {
     if (r.metrics) all.add(r.metrics->magnitude);
   }

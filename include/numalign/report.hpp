@@ -70,6 +70,9 @@ struct Report {
   std::vector<ModuleRank> ranking;
   // The first tensor in execution order that does not pass (ReportSections::first_failing).
   std::optional<std::string> first_failing;
+  // The tensors' magnitude profiles summed, when the judge kept only their sum
+  // (JudgeOptions::magnitude_profile_sum_only); empty otherwise.
+  MagnitudeProfile magnitude;
 
   std::size_t count(VerdictKind k) const;
   bool aligned() const {

@@ -92,6 +92,38 @@ TEST_F(HtmlReportTest, SelfContainedWithChartsAndTable) {
   EXPECT_NE(html.find("2^-4"), std::string::npos);
 }
 
+// Past 20,000 tensors the CLI keeps only the profiles' sum (1.5 KiB a tensor otherwise): the
+// sum of what each tensor's profile would be, and the page still draws it.
+TEST_F(HtmlReportTest, ManyTensorsKeepOnlyTheSumOfTheirMagnitudeProfiles) {
+  std::vector<float> t(4), r(4);
+  std::vector<double> u(4);
+  for (int i = 0; i < 4; ++i) {
+    u[i] = std::ldexp(1.0 + i / 8.0 + 1e-9, i - 2);
+    r[i] = static_cast<float>(u[i]);
+    t[i] = static_cast<float>(u[i] * 1.001);
+  }
+  const TensorView *tv = view(DType::F32, t), *rv = view(DType::F32, r), *uv = view(DType::F64, u);
+  std::vector<TensorTriple> triples;
+  for (std::size_t i = 0; i <= kProfileSummedPast; ++i)
+    triples.push_back({"t" + std::to_string(i), tv, rv, uv});
+  JudgeOptions o;
+  o.magnitude_profile = true;
+  const Report each = judge_tensors(triples, o);
+  EXPECT_TRUE(each.magnitude.empty());
+  o.magnitude_profile_sum_only = true;
+  const Report summed = judge_tensors(triples, o);
+  MagnitudeProfile all;
+  for (const auto& x : each.tensors) all.add(x.metrics->magnitude);
+  ASSERT_FALSE(summed.magnitude.empty());
+  EXPECT_EQ(summed.magnitude.count, all.count);
+  for (int b = 0; b < kMagnitudeBins; ++b) {
+    EXPECT_NEAR(summed.magnitude.sq_err_test[b], all.sq_err_test[b], 1e-12 * all.sq_err_test[b]);
+    EXPECT_NEAR(summed.magnitude.sq_err_ref[b], all.sq_err_ref[b], 1e-12 * all.sq_err_ref[b]);
+  }
+  for (const auto& x : summed.tensors) EXPECT_TRUE(x.metrics->magnitude.empty());
+  EXPECT_EQ(render_html(summed).find("Not measured"), std::string::npos);
+}
+
 TEST_F(HtmlReportTest, WithoutTheProfileTheChartSaysHowToGetIt) {
   const std::string html = render_html(judge_two("bad", false));
   EXPECT_NE(html.find("Not measured"), std::string::npos);
