@@ -130,7 +130,9 @@ std::string render_junit_suites(const std::vector<JunitSuite>& suites);
 // which a small inline script makes sortable. At model scale: the ratio chart has ticks
 // where a layer starts and bands over forward and backward (tags "kind"), draws one bar per
 // pixel column past one point per 2 pixels, a module tree (<details>, tags "module") lists
-// every tensor, and the table stops at 2,000 rows. Every name is escaped.
+// every tensor, and the table stops at 2,000 rows. Past 20,000 tensors the page aggregates
+// (bounded whatever the count): the tree draws at most 2,000 modules and 2,000 tensors that
+// do not pass, always the worst and the way to it, and counts the rest. Every name is escaped.
 std::string render_html(const Report& report);
 
 }  // namespace numalign
