@@ -106,7 +106,7 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
 static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                           const ProgressFn& progress, const detail::PagePopulator& pages,
                           Report report) {
-  // A result per tensor is about 1 KiB: for many tensors, megabytes first written here.
+  // A result per tensor is about 600 bytes: for many tensors, megabytes first written here.
   std::vector<TensorResult> results;
   results.reserve(tensors.size());
   detail::populate_for_writing(results.data(), tensors.size() * sizeof(TensorResult));

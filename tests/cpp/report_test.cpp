@@ -274,9 +274,9 @@ TEST(ReportTest, JsonFieldsParseBack) {
   m.values_differ = 2;
   m.ulp.max = 3;
   m.ulp.max_index = 2;
-  m.ulp.hist[0] = 2;
-  m.ulp.hist[1] = 1;
-  m.ulp.hist[ulp_bin(3)] = 1;
+  m.ulp.hist.set(0, 2);
+  m.ulp.hist.set(1, 1);
+  m.ulp.hist.set(ulp_bin(3), 1);
   m.test_nonfinite.nan = 1;
   with_metrics.metrics = m;
   TensorResult ulp_rule = result("u", VerdictKind::kPass, 7.0, 8.0, 1);
@@ -351,8 +351,8 @@ TEST(ReportTest, JsonStreamedInPiecesIsTheSameDocument) {
     Metrics m;
     m.numel = 4;
     m.floating = true;
-    m.ulp.hist[0] = 3;
-    m.ulp.hist[1] = 1;
+    m.ulp.hist.set(0, 3);
+    m.ulp.hist.set(1, 1);
     t.metrics = m;
     r.tensors.push_back(std::move(t));
   }
