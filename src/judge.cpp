@@ -196,8 +196,6 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
                                 "): the rmse rule cannot judge against it");
     }
   }
-  // The data is read: its pages need not stay resident while the report is built.
-  pages.release_all();
   if (all_identical && inputs.size() == tensors.size()) {
     report.warnings.push_back(
         "test is bit-identical to ref in every tensor: was a run compared with itself?");

@@ -45,10 +45,6 @@ void PagePopulator::before_reading(const std::byte* p, std::size_t bytes) const 
 #endif
 }
 
-void PagePopulator::release_all() const {
-  for (const Region& r : regions_) release_pages(r.begin, r.size);
-}
-
 void populate_for_writing(void* p, std::size_t bytes) {
 #ifdef MADV_POPULATE_WRITE
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));

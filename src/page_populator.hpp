@@ -24,8 +24,6 @@ class PagePopulator {
   // Maps every window of a region that [p, p + bytes) touches and that no thread has yet.
   // Bytes outside every region (memory the caller owns) are left alone.
   void before_reading(const std::byte* p, std::size_t bytes) const;
-  // Drops every region's pages from this process once the pass is done (release_pages).
-  void release_all() const;
 
  private:
   struct Region {
