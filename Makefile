@@ -100,7 +100,8 @@ fuzz-smoke: build-fuzz
 
 test: format-check test-cpp package-check test-sanitize fuzz-smoke test-python wheel-check bench-smoke
 
-# The benchmark of docs/benchmarks.md: about 15 GB of traces under $(BUILD)/bench/data,
+# The benchmark of docs/benchmarks.md: about 15 GB of traces under $(BUILD)/bench/data (and
+# 0.5 GB of a million small tensors under $(BUILD)/bench/many_tensors),
 # 6-20 minutes on 2 cores, depending on the machine. BENCH_ARGS="--scale 0.1" for a quicker look.
 BENCH_ARGS ?= --dtypes bf16,fp16,fp32,fp8
 bench: build install-python
@@ -109,6 +110,8 @@ bench: build install-python
 	@$(PY) bench/capture_bench.py
 	@echo "== judging pieces of fused tensors through a map (bench/map_pieces.py)"
 	@$(PY) bench/map_pieces.py --numalign $(BUILD)/numalign
+	@echo "== a million small tensors against a simdjson parse of their headers (bench/many_tensors.py)"
+	@$(PY) bench/many_tensors.py --build $(BUILD) --out $(BUILD)/bench/many_tensors
 
 # In `make test`: the whole benchmark at a thousandth of its size, so that it keeps working.
 bench-smoke: build install-python
@@ -119,6 +122,8 @@ bench-smoke: build install-python
 	  | grep -q '| save_to |'
 	@$(PY) bench/map_pieces.py --numalign $(BUILD)/numalign --rows 64 --width 32 --repeat 1 \
 	  | grep -q '| transposed |'
+	@$(PY) bench/many_tensors.py --build $(BUILD) --out $(BUILD)/bench-smoke/many_tensors --count 2000 \
+	  --repeat 1 | grep -q '| html |'
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')

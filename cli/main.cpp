@@ -164,11 +164,13 @@ void refuse_clobbering(const std::string& output, std::vector<std::string> input
 }
 
 int emit(const Report& report, const OutputOptions& c) {
-  std::string text = c.format == "json"    ? render_json(report)
-                     : c.format == "junit" ? render_junit(report)
-                     : c.format == "html"  ? render_html(report)
-                                           : render_text(report, c.verbose);
-  write_file_atomic(c.output, text);
+  if (c.format == "json") {
+    write_json_file(report, c.output);  // as it is produced: it can be hundreds of MB
+  } else {
+    write_file_atomic(c.output, c.format == "junit"  ? render_junit(report)
+                                : c.format == "html" ? render_html(report)
+                                                     : render_text(report, c.verbose));
+  }
   if (c.output != "-") {
     // The report went to a file: still tell the person at the terminal the outcome.
     std::fprintf(stderr, "%s\n", render_summary(report).c_str());
@@ -328,7 +330,7 @@ int pack(const std::string& in, const std::string& out) {
 // Options resolve before any file is read: a bad option is reported first.
 // `ranks` > 0: the test run is that many traces, named from `test` as
 // numalign.distributed.save names them (run.safetensors -> run.rank0.safetensors, ...).
-int run_judge(const JudgeOptions& options, const std::string& test, const std::string& ref,
+int run_judge(JudgeOptions options, const std::string& test, const std::string& ref,
               const std::string& truth, const JudgeArguments& args, std::size_t ranks,
               const OutputOptions& out) {
   const OpenedTraces t = open_traces(ranks ? rank_trace_path(test, 0) : test, ref, truth);
@@ -343,6 +345,7 @@ int run_judge(const JudgeOptions& options, const std::string& test, const std::s
   for (const Trace& r : other_ranks) test_ranks.push_back(&r);
   refuse_clobbering(out.output, inputs, {&t.test, &t.ref, t.truth_or_null()});
   Progress progress(!out.no_progress);
+  options.magnitude_profile_sum_only = true;  // the page draws the sum only
   const Report report = judge(test_ranks, t.ref, t.truth_or_null(), options, progress.callback());
   return emit(report, out);
 }

@@ -22,6 +22,8 @@ const std::string* tag(const TraceMetadata& meta, const std::string& tensor, con
 
 std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
                                                      const Report& report) {
+  // Untagged, no tensor has a kind: nothing to find (and a million names not to hash).
+  if (ref.tags.empty()) return std::nullopt;
   std::unordered_map<std::string_view, VerdictKind> verdict;
   // An op that could not be paired (op sequences differ) is not judged: neither a
   // divergence nor an input known to pass.

@@ -8,7 +8,17 @@ namespace numalign::detail {
 void append_json_string(std::string& out, std::string_view s, JsonStyle style) {
   static constexpr char kHex[] = "0123456789abcdef";
   out += '"';
+  // Printable ASCII other than " and \ goes out as is: appended a run at a time, as a
+  // report of a million tensors writes tens of millions of names and keys.
+  const auto plain = [](unsigned char c) { return c >= 0x20 && c < 0x7F && c != '"' && c != '\\'; };
   for (std::size_t i = 0; i < s.size(); ++i) {
+    if (plain(static_cast<unsigned char>(s[i]))) {
+      std::size_t end = i + 1;
+      while (end < s.size() && plain(static_cast<unsigned char>(s[end]))) ++end;
+      out.append(s.data() + i, end - i);
+      i = end - 1;
+      continue;
+    }
     const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
     if (c >= 0x80) {  // a multi-byte character, or a byte that is not UTF-8

@@ -48,6 +48,13 @@ class JsonWriter {
   JsonWriter& null() { return raw("null"); }
   const std::string& str() const { return out_; }
   std::string take() { return std::move(out_); }
+  // Hands over what is written so far and forgets it (the nesting is kept), so that a long
+  // document goes out in pieces instead of as one string.
+  template <class Sink>
+  void flush_to(Sink&& sink) {
+    sink(std::string_view(out_));
+    out_.clear();
+  }
 
  private:
   JsonWriter& open(char c) {

@@ -79,11 +79,17 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
   check_override_reasons(options);
   Report report;
   report.settings = settings_of(options);
-  // Tensors only in test have nothing to be judged against: listed, not judged.
+  // Tensors only in test have nothing to be judged against: listed, not judged. Usually
+  // there are none, and the tensors are judged as given (a copy of a million is 150 MB).
+  const auto only_in_test = [](const TensorTriple& t) { return !t.ref && t.test; };
+  if (std::none_of(tensors.begin(), tensors.end(), only_in_test)) {
+    return judge_pairs(tensors, options, progress, detail::PagePopulator(mapped),
+                       std::move(report));
+  }
   std::vector<TensorTriple> judged;
   std::vector<std::string> extra;
   for (const auto& t : tensors) {
-    if (!t.ref && t.test) {
+    if (only_in_test(t)) {
       extra.push_back(t.name);
     } else {
       judged.push_back(t);
@@ -102,7 +108,7 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
 static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                           const ProgressFn& progress, const detail::PagePopulator& pages,
                           Report report) {
-  // A result per tensor is about 1 KiB: for many tensors, megabytes first written here.
+  // A result per tensor is about 600 bytes: for many tensors, megabytes first written here.
   std::vector<TensorResult> results;
   results.reserve(tensors.size());
   detail::populate_for_writing(results.data(), tensors.size() * sizeof(TensorResult));
@@ -134,10 +140,37 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   MetricOptions mo{options.tol, options.equal_nan};
   mo.magnitude_profile = options.magnitude_profile;
   // The pass moves each tensor's metrics straight into its result.
-  detail::compute_metrics_into(
-      inputs,
-      [&](std::size_t k, Metrics&& m) { results[input_of[k]].metrics.emplace(std::move(m)); }, mo,
-      options.threads, progress, &pages);
+  const auto store = [&](std::size_t k, Metrics&& m) {
+    results[input_of[k]].metrics.emplace(std::move(m));
+  };
+  if (mo.magnitude_profile && options.magnitude_profile_sum_only &&
+      inputs.size() > kProfileSummedPast) {
+    // In groups: each group's profiles summed into the report in execution order (the same
+    // sum on every run, whatever the threads did) and dropped before the next group.
+    constexpr std::size_t kGroup = 1 << 16;
+    const auto bytes_of = [](const MetricsInput& in) {
+      return static_cast<double>(in.test->nbytes() * 2 + (in.truth ? in.truth->nbytes() : 0));
+    };
+    double total = 0, done = 0;
+    for (const auto& in : inputs) total += bytes_of(in);
+    for (std::size_t g = 0; g < inputs.size(); g += kGroup) {
+      const std::size_t n = std::min(kGroup, inputs.size() - g);
+      ProgressFn group_progress;
+      if (progress) group_progress = [&](double d, double) { progress(done + d, total); };
+      detail::compute_metrics_into(
+          std::span(inputs).subspan(g, n),
+          [&](std::size_t k, Metrics&& m) { store(g + k, std::move(m)); }, mo, options.threads,
+          group_progress, &pages);
+      for (std::size_t k = g; k < g + n; ++k) {
+        MagnitudeProfile& profile = results[input_of[k]].metrics->magnitude;
+        report.magnitude.add(profile);
+        profile = MagnitudeProfile();
+        done += bytes_of(inputs[k]);
+      }
+    }
+  } else {
+    detail::compute_metrics_into(inputs, store, mo, options.threads, progress, &pages);
+  }
   auto metrics_of = [&](std::size_t k) -> const Metrics& { return *results[input_of[k]].metrics; };
   // Rules run on the same threads as the pass: with many small tensors, formatting each
   // verdict's reason costs about as much as the pass over its data.
@@ -451,17 +484,14 @@ double roundoff_of_ref(DType dt) {
 constexpr double kFarOff = 32;          // roundoffs: a relative error of 12.5% at bf16's
 constexpr std::size_t kFarTensors = 8;  // and at least this many of them
 
-void check_reference_renders_truth(const std::vector<TensorTriple>& triples,
-                                   const JudgeOptions& options, Report& report) {
-  std::unordered_map<std::string_view, DType> ref_dtype;
-  for (const auto& t : triples)
-    if (t.ref) ref_dtype.emplace(t.name, t.ref->dtype);
+void check_reference_renders_truth(const JudgeOptions& options, Report& report) {
   std::size_t considered = 0;
   std::vector<std::pair<double, std::string>> far;  // (relative error, name)
   for (const auto& r : report.tensors) {
     if (!r.metrics || !r.metrics->has_truth || r.rule.rfind("rmse", 0) != 0) continue;
-    const auto dt = ref_dtype.find(r.name);
-    const double u = dt == ref_dtype.end() ? 0 : roundoff_of_ref(dt->second);
+    // Measured, so test and ref had one dtype, the result's (no map by name: a million
+    // names hashed cost more than the check).
+    const double u = r.dtype ? roundoff_of_ref(*r.dtype) : 0;
     const Metrics& m = *r.metrics;
     // Within same()'s tol of the truth, a ref raises no question; the truth's RMS is
     // recovered from the test's error and relative error (both exact when nonzero).
@@ -550,7 +580,7 @@ Report judge(const std::vector<const Trace*>& test_ranks, const Trace& ref, cons
   auto meta = [](const Trace* t) { return t && t->metadata() ? &*t->metadata() : nullptr; };
   add_metadata_warnings(meta(&test), meta(&ref), meta(truth), report);
   check_randomness(meta(&test), meta(&ref), meta(truth), options, report);
-  if (truth) check_reference_renders_truth(triples, options, report);
+  if (truth) check_reference_renders_truth(options, report);
   if (ref.metadata()) {
     adopt_tags(*ref.metadata(), report);
     if (!options.sections.module_ranking) {

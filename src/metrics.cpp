@@ -16,6 +16,22 @@
 
 namespace numalign {
 
+UlpHistogram::UlpHistogram(const std::array<std::uint64_t, kUlpBins>& dense) {
+  std::size_t used = dense.size();
+  while (used > 0 && dense[used - 1] == 0) --used;
+  counts_.assign(dense.begin(), dense.begin() + static_cast<std::ptrdiff_t>(used));
+}
+
+void UlpHistogram::set(int bin, std::uint64_t count) {
+  const auto b = static_cast<std::size_t>(bin);
+  if (b >= counts_.size()) {
+    if (count == 0) return;
+    counts_.resize(b + 1);
+  }
+  counts_[b] = count;
+  while (!counts_.empty() && counts_.back() == 0) counts_.pop_back();
+}
+
 std::string ulp_bin_label(int bin) {
   if (bin == kUlpInfBin) return "inf";
   if (bin <= 2) return std::to_string(bin);
@@ -306,7 +322,11 @@ Metrics finish(const MetricsInput& in, const Partial& p) {
   m.not_close = p.not_close;
   m.bits_differ = p.bits_differ;
   m.values_differ = p.values_differ;
-  m.ulp = p.ulp;
+  m.ulp.max = p.ulp.max;
+  m.ulp.any_inf = p.ulp.any_inf;
+  m.ulp.both_nan = p.ulp.both_nan;
+  m.ulp.max_index = p.ulp.max_index;
+  m.ulp.hist = UlpHistogram(p.ulp.hist);
   m.test_nonfinite = p.nf_test;
   m.ref_nonfinite = p.nf_ref;
   m.truth_nonfinite = p.nf_truth;

@@ -24,6 +24,15 @@ inline void count_nonfinite(const double* v, std::size_t n, NonFinite& nf) {
 }
 
 // Every metric of one chunk [begin, end) of one tensor, before the final divisions.
+// UlpStats as the pass fills it: every bin at hand (UlpStats keeps the used ones only).
+struct UlpAccumulator {
+  std::uint64_t max = 0;
+  bool any_inf = false;
+  std::uint64_t both_nan = 0;
+  std::uint64_t max_index = 0;
+  std::array<std::uint64_t, kUlpBins> hist{};
+};
+
 struct Partial {
   std::uint64_t n = 0;
   CompensatedSum sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth, err_sum;
@@ -34,7 +43,7 @@ struct Partial {
   std::uint64_t test_differs = 0, test_over = 0, test_under = 0;
   std::uint64_t ref_differs = 0, ref_over = 0, ref_under = 0;
   std::uint64_t not_close = 0, bits_differ = 0, values_differ = 0;
-  UlpStats ulp;
+  UlpAccumulator ulp;
   NonFinite nf_test, nf_ref, nf_truth;
   MagnitudeProfile magnitude;
 

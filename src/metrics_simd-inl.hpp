@@ -376,7 +376,7 @@ HWY_INLINE double SumLanes(VD v) { return hn::GetLane(hn::SumOfLanes(D(), v)); }
 // upper end less the bins before. One compare per vector and bin: cheap for the few
 // bins a block usually spans.
 template <class T>
-void AddCumulativeBins(const T* dist, std::size_t n, int top, UlpStats& ulp) {
+void AddCumulativeBins(const T* dist, std::size_t n, int top, UlpAccumulator& ulp) {
   const hn::ScalableTag<T> dt;
   const std::size_t L = hn::Lanes(dt);
   const std::size_t whole = n / L * L;
@@ -400,7 +400,7 @@ void AddCumulativeBins(const T* dist, std::size_t n, int top, UlpStats& ulp) {
 //   (exact there), narrowed to bytes, then one byte compare per bin over whole vectors;
 // - otherwise element by element.
 void AddToHistogram(const std::uint64_t* dist, std::size_t n, std::uint64_t largest,
-                    UlpStats& ulp) {
+                    UlpAccumulator& ulp) {
   const D d;
   const DU du;
   const std::size_t N = hn::Lanes(du);
@@ -441,7 +441,7 @@ void AddToHistogram(const std::uint64_t* dist, std::size_t n, std::uint64_t larg
 // The same for the 16-bit distances of bf16 and f16: compares on 16-bit lanes up to 8
 // bins, the float64 lanes' methods beyond.
 void AddToHistogram(const std::uint16_t* dist, std::size_t n, std::uint64_t largest,
-                    UlpStats& ulp) {
+                    UlpAccumulator& ulp) {
   const int top = ulp_bin(largest);
   if (top <= 8) return AddCumulativeBins(dist, n, top, ulp);
   HWY_ALIGN std::uint64_t wide[kBlock];

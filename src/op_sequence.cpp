@@ -55,6 +55,7 @@ RefOps ref_ops(const Trace& ref) {
   RefOps ops;
   if (!ref.metadata()) return ops;
   const auto& tags = ref.metadata()->tags;
+  if (tags.empty()) return ops;  // no tensor has an op tag
   auto add = [&](const std::string& n) {
     const auto t = tags.find(n);
     if (t == tags.end() || !t->second.count("op")) return;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "atomic_file.hpp"
 #include "format.hpp"
 #include "json.hpp"
 #include "numalign/text.hpp"
@@ -423,7 +424,7 @@ void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
 
 }  // namespace
 
-std::string render_json(const Report& report) {
+void render_json(const Report& report, const std::function<void(std::string_view)>& sink) {
   detail::JsonWriter w(detail::JsonStyle::kTerminalSafe);
   w.begin_object();
   w.key("aligned").boolean(report.aligned());
@@ -502,10 +503,27 @@ std::string render_json(const Report& report) {
   }
   if (report.first_failing) w.key("first_failing").string(*report.first_failing);
   w.key("tensors").begin_array();
-  for (const auto& r : report.tensors) write_tensor(w, r);
+  constexpr std::size_t kPiece = std::size_t{1} << 20;
+  for (const auto& r : report.tensors) {
+    write_tensor(w, r);
+    if (w.str().size() >= kPiece) w.flush_to(sink);
+  }
   w.end_array();
   w.end_object();
-  return w.take() + "\n";
+  w.flush_to(sink);
+  sink("\n");
+}
+
+std::string render_json(const Report& report) {
+  std::string out;
+  render_json(report, [&out](std::string_view piece) { out += piece; });
+  return out;
+}
+
+void write_json_file(const Report& report, const std::string& path) {
+  detail::AtomicFile out(path);
+  render_json(report, [&out](std::string_view piece) { out.write(piece); });
+  out.commit();
 }
 
 namespace {

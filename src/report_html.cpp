@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
@@ -40,6 +41,15 @@ std::pair<double, double> decades(double min, double max) {
   if (hi <= lo) hi = lo + 1;
   return {lo, hi};
 }
+
+// Past this many tensors the page aggregates instead of listing every tensor (a million
+// tensors listed made a 437 MB page): the module tree draws at most kSummaryModules modules
+// (the way to the worst tensor and the first divergence always) and kSummaryRows tensors, the
+// ones that do not pass; the rest are counted in their module's line.
+constexpr std::size_t kListedTensors = 20'000;
+constexpr std::size_t kSummaryModules = 2'000, kSummaryRows = 2'000;
+// Warnings listed at most (one per tensor is possible): the rest are counted.
+constexpr std::size_t kListedWarnings = 1'000;
 
 constexpr double kWidth = 900, kHeight = 260, kLeft = 60, kRight = 20, kTop = 20, kBottom = 40;
 
@@ -126,6 +136,8 @@ std::string layer_ticks(const std::vector<const TensorResult*>& points,
   std::vector<Start> starts;
   std::string prev_layer;
   std::size_t widest = 1;
+  // Aggregated: at most one tick per pixel, so that the chart stays bounded.
+  const bool per_pixel = points.size() > kListedTensors;
   for (std::size_t i = 0; i < points.size(); ++i) {
     auto [layer, number] = layer_of(module_of(*points[i]));
     // Backward starts again where forward ended: a new tick.
@@ -135,6 +147,7 @@ std::string layer_ticks(const std::vector<const TensorResult*>& points,
       continue;
     }
     prev_layer = layer;
+    if (per_pixel && !starts.empty() && xs(i) - starts.back().x < 1) continue;
     starts.push_back({xs(i), number});
     widest = std::max(widest, number.size());
   }
@@ -172,7 +185,7 @@ std::string layer_ticks(const std::vector<const TensorResult*>& points,
   for (std::size_t i = 1; i <= points.size(); ++i) {
     if (i < points.size() && direction_of(*points[i]) == direction_of(*points[run])) continue;
     const char d = direction_of(*points[run]);
-    if (d) {
+    if (d && !(per_pixel && xs(i) - xs(run) < 1)) {
       const double x0 = xs(run), x1 = xs(i);
       const char* cls = d == 'f' ? "fwd" : "bwd";
       s += "<rect class=\"" + std::string(cls) + "\" x=\"" + num(x0) + "\" y=\"" + num(kTop - 14) +
@@ -357,7 +370,7 @@ std::string ulp_chart(const Report& report) {
 
 // RMSE against the truth per magnitude bin of |truth|, test and ref, over every tensor.
 std::string magnitude_chart(const Report& report) {
-  MagnitudeProfile all;
+  MagnitudeProfile all = report.magnitude;
   for (const auto& r : report.tensors) {
     if (r.metrics) all.add(r.metrics->magnitude);
   }
@@ -458,7 +471,10 @@ std::string table(const Report& report) {
   if (rows < report.tensors.size()) {
     s += "<p id=\"table-cut\">" + std::to_string(report.tensors.size() - rows) + " more tensors (" +
          std::to_string(report.tensors.size()) +
-         " in all): every one is in the module tree above, with its verdict and ratio.</p>\n";
+         (report.tensors.size() > kListedTensors
+              ? " in all): counted in the module tree above; the JSON report lists every one.</p>\n"
+              : " in all): every one is in the module tree above, with its verdict and "
+                "ratio.</p>\n");
   }
   return s;
 }
@@ -519,9 +535,18 @@ std::string ratio_text(const TensorResult& t) {
 
 constexpr std::size_t kOwnShown = 12;
 
+// What an aggregated tree may still draw (unbounded when the report is small), and the
+// tensors it always lists: the worst and those where the run first diverges.
+struct TreeBudget {
+  std::size_t modules = SIZE_MAX, rows = SIZE_MAX;
+  std::set<const TensorResult*> always;
+  bool bounded() const { return rows != SIZE_MAX; }
+};
+
 void render_node(const std::vector<ModuleNode>& nodes, std::size_t at, const std::string& path,
-                 const std::set<std::string, std::less<>>& open, std::string& s,
+                 const std::set<std::string, std::less<>>& open, TreeBudget& budget, std::string& s,
                  const std::string& parent = "") {
+  if (budget.modules && budget.modules != SIZE_MAX) --budget.modules;
   // A chain of modules with one child each and no tensor of their own reads as one line; a
   // number reads with its parent's name ("layers.11").
   std::string name = all_digits(nodes[at].name) && !parent.empty() ? parent + "." + nodes[at].name
@@ -551,9 +576,17 @@ void render_node(const std::vector<ModuleNode>& nodes, std::size_t at, const std
          (bad ? ", " + std::to_string(bad) + " not passing" : std::string()) +
          "</span></summary>\n";
   }
+  std::size_t unlisted = 0;
   if (!n.tensors.empty()) {
     s += "<table class=\"leaf\">";
     for (const TensorResult* t : n.tensors) {
+      if (budget.bounded() && !budget.always.count(t)) {
+        if (t->verdict == VerdictKind::kPass || budget.rows == 0) {
+          ++unlisted;
+          continue;
+        }
+        --budget.rows;
+      }
       // The tensor's name less its module's path, which the summary above shows.
       std::string_view shown = t->name;
       if (!full.empty() && shown.size() > full.size() + 1 && shown.starts_with(full) &&
@@ -564,11 +597,28 @@ void render_node(const std::vector<ModuleNode>& nodes, std::size_t at, const std
            "</td><td>" + escape(ratio_text(*t)) + "</td></tr>";
     }
     s += "</table>\n";
+    if (unlisted) {
+      s += "<p class=\"m\">" + std::to_string(unlisted) + (unlisted == 1 ? " tensor" : " tensors") +
+           " not listed (aggregated above)</p>\n";
+    }
   }
   if (fold_own) s += "</details>\n";
-  for (std::size_t c : n.children)
-    render_node(nodes, c, full + (full.empty() ? "" : ".") + nodes[c].name, open, s,
-                nodes[at].name);
+  std::size_t more = 0, more_tensors = 0, more_failing = 0;
+  for (std::size_t c : n.children) {
+    const std::string child = full + (full.empty() ? "" : ".") + nodes[c].name;
+    if (budget.modules == 0 && !open.count(child)) {
+      ++more;
+      more_tensors += nodes[c].total;
+      more_failing += nodes[c].failing;
+      continue;
+    }
+    render_node(nodes, c, child, open, budget, s, nodes[at].name);
+  }
+  if (more) {
+    s += "<p class=\"m\">" + std::to_string(more) +
+         " more modules, not drawn: " + std::to_string(more_tensors) + " tensors, " +
+         std::to_string(more_failing) + " not passing (counted above)</p>\n";
+  }
   s += "</details>\n";
 }
 
@@ -623,9 +673,30 @@ std::string module_tree(const Report& report) {
     for (const auto* p : {&report.first_divergence->forward, &report.first_divergence->backward})
       if (*p) open_path((*p)->module);
   }
-  if (const TensorResult* w = report.worst()) open_path(module_of(*w));
+  TreeBudget budget;
+  const TensorResult* worst = report.worst();
+  if (worst) open_path(module_of(*worst));
   std::string s = "<div class=\"tree\" id=\"modules\">\n";
-  render_node(nodes, 0, "", open, s);
+  if (report.tensors.size() > kListedTensors) {
+    budget.modules = kSummaryModules;
+    budget.rows = kSummaryRows;
+    if (worst) budget.always.insert(worst);
+    if (report.first_divergence) {
+      for (const auto* p :
+           {&report.first_divergence->forward, &report.first_divergence->backward}) {
+        if (!*p) continue;
+        for (const auto& r : report.tensors)
+          if (r.name == (*p)->tensor) budget.always.insert(&r);
+      }
+    }
+    s += "<p id=\"tree-aggregated\">" + std::to_string(report.tensors.size()) +
+         " tensors, more than " + std::to_string(kListedTensors) +
+         ": aggregated. Each module's line counts all of its tensors; drawn are at most " +
+         std::to_string(kSummaryModules) + " modules and " + std::to_string(kSummaryRows) +
+         " tensors that do not pass, the worst and the way to it always. The JSON report lists "
+         "every tensor.</p>\n";
+  }
+  render_node(nodes, 0, "", open, budget, s);
   return s + "</div>\n";
 }
 
@@ -706,7 +777,13 @@ std::string render_html(const Report& report) {
     s += "</ul>\n";
     if (n > kShown) {
       s += "<details><summary>" + std::to_string(n - kShown) + " more warnings</summary><ul>";
-      for (std::size_t i = kShown; i < n; ++i) s += "<li>" + escape(report.warnings[i]) + "</li>";
+      const std::size_t listed = std::min(n, kListedWarnings);
+      for (std::size_t i = kShown; i < listed; ++i)
+        s += "<li>" + escape(report.warnings[i]) + "</li>";
+      if (listed < n) {
+        s += "<li>" + std::to_string(n - listed) +
+             " more, not listed here (the text and JSON reports list every one)</li>";
+      }
       s += "</ul></details>\n";
     }
   }

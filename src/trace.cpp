@@ -18,6 +18,7 @@
 #include "json.hpp"
 #include "name_index.hpp"
 #include "numalign/error.hpp"
+#include "page_populator.hpp"
 
 namespace numalign {
 
@@ -541,6 +542,8 @@ Trace Trace::open(const std::string& path) {
     auto mapped = std::make_shared<MappedFile>(f);
     t.files_.push_back(mapped);
     t.add_file(mapped->bytes(), f);
+    // The header is parsed and copied out: its pages need not stay resident.
+    detail::release_pages(mapped->bytes().data(), mapped->bytes().size());
   }
   return t;
 }

@@ -28,12 +28,30 @@ struct NonFinite {
   std::uint64_t inf = 0;
 };
 
+// Elements per ULP bin, kept up to the last bin that is not empty: a tensor's distances fill
+// a few low bins, and a report holds one per tensor (67 counts each would be 536 bytes: half
+// a gigabyte for a million tensors).
+class UlpHistogram {
+ public:
+  UlpHistogram() = default;
+  explicit UlpHistogram(const std::array<std::uint64_t, kUlpBins>& dense);
+  std::uint64_t operator[](int bin) const {
+    return static_cast<std::size_t>(bin) < counts_.size() ? counts_[bin] : 0;
+  }
+  void set(int bin, std::uint64_t count);
+  // Equal when every bin holds the same count.
+  bool operator==(const UlpHistogram& other) const { return counts_ == other.counts_; }
+
+ private:
+  std::vector<std::uint64_t> counts_;  // no trailing zero
+};
+
 struct UlpStats {
   std::uint64_t max = 0;       // over elements whose distance is finite
   bool any_inf = false;        // some element is NaN on one side, or in both without equal_nan
   std::uint64_t both_nan = 0;  // elements NaN in test and ref alike (unequal without equal_nan)
   std::uint64_t max_index = 0;
-  std::array<std::uint64_t, kUlpBins> hist{};
+  UlpHistogram hist;
 };
 
 // Error against magnitude: elements binned by the binary exponent of |truth|. Bin b holds

@@ -2,6 +2,7 @@
 // first, passes in trace order) and the text, JSON and JUnit renderings.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -69,6 +70,9 @@ struct Report {
   std::vector<ModuleRank> ranking;
   // The first tensor in execution order that does not pass (ReportSections::first_failing).
   std::optional<std::string> first_failing;
+  // The tensors' magnitude profiles summed, when the judge kept only their sum
+  // (JudgeOptions::magnitude_profile_sum_only); empty otherwise.
+  MagnitudeProfile magnitude;
 
   std::size_t count(VerdictKind k) const;
   bool aligned() const {
@@ -103,6 +107,12 @@ std::string divergence_text(const FirstDivergence& d);
 // The verdict line that ends the text report: "ALIGNED: 3 of 3 tensors pass".
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
+// render_json's text handed to `sink` in pieces of about a megabyte as it is produced: a
+// million tensors make hundreds of megabytes of JSON, never held whole.
+void render_json(const Report& report, const std::function<void(std::string_view)>& sink);
+// render_json's text written to `path` as it is produced, atomically (as the CLI's -o: a
+// temporary file renamed into place once complete; "-" is stdout).
+void write_json_file(const Report& report, const std::string& path);
 std::string render_junit(const Report& report);
 // Several reports as one JUnit document, one <testsuite> each, named (e.g. by the test that
 // judged it: the pytest plugin's session report, by pytest node id), and each test case (a
@@ -120,7 +130,9 @@ std::string render_junit_suites(const std::vector<JunitSuite>& suites);
 // which a small inline script makes sortable. At model scale: the ratio chart has ticks
 // where a layer starts and bands over forward and backward (tags "kind"), draws one bar per
 // pixel column past one point per 2 pixels, a module tree (<details>, tags "module") lists
-// every tensor, and the table stops at 2,000 rows. Every name is escaped.
+// every tensor, and the table stops at 2,000 rows. Past 20,000 tensors the page aggregates
+// (bounded whatever the count): the tree draws at most 2,000 modules and 2,000 tensors that
+// do not pass, always the worst and the way to it, and counts the rest. Every name is escaped.
 std::string render_html(const Report& report);
 
 }  // namespace numalign

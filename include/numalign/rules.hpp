@@ -50,6 +50,8 @@ struct ReportSections {
   bool first_failing = false;
 };
 
+inline constexpr std::size_t kProfileSummedPast = 20'000;
+
 struct JudgeOptions {
   double tol = 1e-4;  // same()'s tol: allclose fast path and the tol/10 slack
   bool equal_nan = false;
@@ -60,7 +62,11 @@ struct JudgeOptions {
   std::vector<Override> overrides;           // later entries win
   int threads = 0;                           // 0: all cores
   bool magnitude_profile = false;            // bin the error by magnitude (HTML report)
-  std::vector<std::string> only;             // globs of the ref tensors to judge (empty: all)
+  // With magnitude_profile, past kProfileSummedPast tensors: only the sum over the tensors is
+  // kept (Report::magnitude, in execution order), not each tensor's profile (1.5 KiB each:
+  // 1.5 GB for a million). What the HTML page draws; the CLI asks for it.
+  bool magnitude_profile_sum_only = false;
+  std::vector<std::string> only;  // globs of the ref tensors to judge (empty: all)
   // The user's written reason why runs that consumed random numbers share their draws (the
   // same seed before the same sequence of random ops): without it such runs cannot be judged.
   std::string shared_randomness;

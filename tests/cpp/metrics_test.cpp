@@ -32,6 +32,29 @@ Triple random_triple(std::size_t n, DType dtype) {
   return {make_buffer(dtype, {n}, t), make_buffer(dtype, {n}, r), make_buffer(DType::F64, {n}, u)};
 }
 
+// A result's histogram keeps the bins up to the last one used; reading past them gives 0,
+// and equal counts compare equal however they were set.
+TEST(UlpHistogramTest, KeepsUsedBinsAndReadsZeroBeyond) {
+  std::array<std::uint64_t, kUlpBins> dense{};
+  dense[0] = 14;
+  dense[3] = 2;
+  const UlpHistogram h(dense);
+  EXPECT_EQ(h[0], 14u);
+  EXPECT_EQ(h[1], 0u);
+  EXPECT_EQ(h[3], 2u);
+  EXPECT_EQ(h[kUlpInfBin], 0u);
+  UlpHistogram set;
+  set.set(kUlpInfBin, 5);
+  set.set(kUlpInfBin, 0);  // back to empty
+  set.set(3, 2);
+  set.set(0, 14);
+  set.set(10, 0);
+  EXPECT_EQ(set, h);
+  set.set(1, 1);
+  EXPECT_FALSE(set == h);
+  EXPECT_EQ(UlpHistogram(std::array<std::uint64_t, kUlpBins>{}), UlpHistogram());
+}
+
 TEST(MetricsTest, MatchesLongDoubleFormulas) {
   const std::size_t n = 3'000'001;
   const Triple x = random_triple(n, DType::F32);

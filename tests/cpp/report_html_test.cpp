@@ -92,6 +92,38 @@ TEST_F(HtmlReportTest, SelfContainedWithChartsAndTable) {
   EXPECT_NE(html.find("2^-4"), std::string::npos);
 }
 
+// Past 20,000 tensors the CLI keeps only the profiles' sum (1.5 KiB a tensor otherwise): the
+// sum of what each tensor's profile would be, and the page still draws it.
+TEST_F(HtmlReportTest, ManyTensorsKeepOnlyTheSumOfTheirMagnitudeProfiles) {
+  std::vector<float> t(4), r(4);
+  std::vector<double> u(4);
+  for (int i = 0; i < 4; ++i) {
+    u[i] = std::ldexp(1.0 + i / 8.0 + 1e-9, i - 2);
+    r[i] = static_cast<float>(u[i]);
+    t[i] = static_cast<float>(u[i] * 1.001);
+  }
+  const TensorView *tv = view(DType::F32, t), *rv = view(DType::F32, r), *uv = view(DType::F64, u);
+  std::vector<TensorTriple> triples;
+  for (std::size_t i = 0; i <= kProfileSummedPast; ++i)
+    triples.push_back({"t" + std::to_string(i), tv, rv, uv});
+  JudgeOptions o;
+  o.magnitude_profile = true;
+  const Report each = judge_tensors(triples, o);
+  EXPECT_TRUE(each.magnitude.empty());
+  o.magnitude_profile_sum_only = true;
+  const Report summed = judge_tensors(triples, o);
+  MagnitudeProfile all;
+  for (const auto& x : each.tensors) all.add(x.metrics->magnitude);
+  ASSERT_FALSE(summed.magnitude.empty());
+  EXPECT_EQ(summed.magnitude.count, all.count);
+  for (int b = 0; b < kMagnitudeBins; ++b) {
+    EXPECT_NEAR(summed.magnitude.sq_err_test[b], all.sq_err_test[b], 1e-12 * all.sq_err_test[b]);
+    EXPECT_NEAR(summed.magnitude.sq_err_ref[b], all.sq_err_ref[b], 1e-12 * all.sq_err_ref[b]);
+  }
+  for (const auto& x : summed.tensors) EXPECT_TRUE(x.metrics->magnitude.empty());
+  EXPECT_EQ(render_html(summed).find("Not measured"), std::string::npos);
+}
+
 TEST_F(HtmlReportTest, WithoutTheProfileTheChartSaysHowToGetIt) {
   const std::string html = render_html(judge_two("bad", false));
   EXPECT_NE(html.find("Not measured"), std::string::npos);
@@ -218,6 +250,41 @@ TEST(HtmlReportScaleTest, TenThousandTensorsMakeASmallPageWithLayerTicksAndBands
             std::string::npos);
   // The flat table stops at 2,000 rows and says where the rest are.
   EXPECT_NE(html.find("8000 more tensors (10000 in all)"), std::string::npos);
+}
+
+// Past 20,000 tensors the page aggregates: bounded whatever the count, it still names the
+// worst tensor and opens the way to it, and says what it left out.
+TEST(HtmlReportScaleTest, AHundredThousandTensorsMakeABoundedPageNamingTheWorst) {
+  Report r;
+  for (std::size_t i = 0; i < 100'000; ++i) {
+    TensorResult t;
+    t.name = "layers." + std::to_string(i / 50) + ".t" + std::to_string(i % 50);
+    const bool fails = i % 10 == 3;  // 10,000 failing: more than the page lists
+    t.verdict = fails ? VerdictKind::kFail : VerdictKind::kPass;
+    t.rule = "rmse";
+    t.reason = fails ? "beyond the limit" : "within the limit";
+    t.ratio = i == 77'773 ? 1e6 : fails ? 10.0 : 1.0;
+    t.limit = 3.0;
+    t.order = i;
+    r.tensors.push_back(std::move(t));
+  }
+  r.sort();
+  r.warnings.assign(5'000, "a warning");
+  const std::string html = render_html(r);
+  std::printf("page for %zu tensors: %zu bytes\n", r.tensors.size(), html.size());
+  EXPECT_LT(html.size(), 3'000'000u);
+  EXPECT_NE(html.find("id=\"tree-aggregated\">100000 tensors"), std::string::npos);
+  EXPECT_NE(html.find("<b>layers.1555</b>"), std::string::npos) << "the way to the worst, open";
+  EXPECT_NE(html.find("<td class=\"fail\">fail</td><td>t23</td><td>1e+06 / 3</td>"),
+            std::string::npos)
+      << "the worst tensor listed in its module";
+  EXPECT_NE(html.find("more modules, not drawn"), std::string::npos);
+  EXPECT_NE(html.find("not listed (aggregated above)"), std::string::npos);
+  EXPECT_NE(html.find("counted in the module tree above"), std::string::npos);
+  EXPECT_NE(html.find("4000 more, not listed here"), std::string::npos);
+  // The root still counts every tensor.
+  EXPECT_NE(html.find("100000 tensors, 10000 not passing; worst 1e+06 / 3 (layers.1555.t23)"),
+            std::string::npos);
 }
 
 TEST(HtmlReportScaleTest, FewTensorsAreDotsAndEveryLayerIsLabelled) {

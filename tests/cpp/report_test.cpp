@@ -6,7 +6,11 @@
 #include <simdjson.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <sstream>
+
+#include "temp_dir.hpp"
 
 namespace numalign {
 namespace {
@@ -270,9 +274,9 @@ TEST(ReportTest, JsonFieldsParseBack) {
   m.values_differ = 2;
   m.ulp.max = 3;
   m.ulp.max_index = 2;
-  m.ulp.hist[0] = 2;
-  m.ulp.hist[1] = 1;
-  m.ulp.hist[ulp_bin(3)] = 1;
+  m.ulp.hist.set(0, 2);
+  m.ulp.hist.set(1, 1);
+  m.ulp.hist.set(ulp_bin(3), 1);
   m.test_nonfinite.nan = 1;
   with_metrics.metrics = m;
   TensorResult ulp_rule = result("u", VerdictKind::kPass, 7.0, 8.0, 1);
@@ -333,6 +337,48 @@ TEST(ReportTest, JsonFieldsParseBack) {
   EXPECT_TRUE(w["nonfinite"]["truth"].error()) << "no truth, no truth counts";
 
   EXPECT_EQ(std::string_view(tensors.at(2)["rule"]), "ulp:8");
+}
+
+// Many tensors: the JSON goes out in pieces as it is produced, and the pieces, the string
+// and the file written through them are the same bytes.
+TEST(ReportTest, JsonStreamedInPiecesIsTheSameDocument) {
+  Report r;
+  r.settings = "rule rmse";
+  for (std::size_t i = 0; i < 20'000; ++i) {
+    TensorResult t = result("layers." + std::to_string(i / 100) + ".t" + std::to_string(i % 100),
+                            i % 97 ? VerdictKind::kPass : VerdictKind::kFail,
+                            i % 97 ? 1.0 : 5.0 + static_cast<double>(i), 3.0, i);
+    Metrics m;
+    m.numel = 4;
+    m.floating = true;
+    m.ulp.hist.set(0, 3);
+    m.ulp.hist.set(1, 1);
+    t.metrics = m;
+    r.tensors.push_back(std::move(t));
+  }
+  r.sort();
+  const std::string whole = render_json(r);
+  std::string joined;
+  std::size_t pieces = 0, largest = 0;
+  render_json(r, [&](std::string_view piece) {
+    joined += piece;
+    ++pieces;
+    largest = std::max(largest, piece.size());
+  });
+  EXPECT_EQ(joined, whole);
+  EXPECT_GT(pieces, 3u) << whole.size() << " bytes in one piece";
+  EXPECT_LT(largest, std::size_t{2} << 20);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_FALSE(parser.parse(whole).get(doc));
+  EXPECT_EQ(simdjson::dom::array(doc["tensors"]).size(), 20'000u);
+
+  testing::TempDir dir;
+  write_json_file(r, dir.file("report.json"));
+  std::ifstream in(dir.file("report.json"), std::ios::binary);
+  std::stringstream read;
+  read << in.rdbuf();
+  EXPECT_EQ(read.str(), whole);
 }
 
 TEST(ReportTest, JunitHasOneCasePerTensorWithEscapedNames) {
