@@ -105,8 +105,8 @@ void BackgroundAppender::write_block(const Pending& p) {
     const std::uint64_t from = writing_back_ ? p.offset : base_;
     writing_back_ = true;
     [[maybe_unused]] const int ignored =
-        ::sync_file_range(fd_, static_cast<off_t>(from), static_cast<off_t>(p.offset + p.size - from),
-                          SYNC_FILE_RANGE_WRITE);
+        ::sync_file_range(fd_, static_cast<off_t>(from),
+                          static_cast<off_t>(p.offset + p.size - from), SYNC_FILE_RANGE_WRITE);
   }
 }
 

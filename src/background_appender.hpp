@@ -45,8 +45,8 @@ class BackgroundAppender {
     std::size_t size;
   };
   void run();
-  void send_current();            // queues the current block (caller holds no lock)
-  void throw_if_failed() const;   // caller holds mutex_
+  void send_current();           // queues the current block (caller holds no lock)
+  void throw_if_failed() const;  // caller holds mutex_
   void write_block(const Pending& p);
 
   int fd_;

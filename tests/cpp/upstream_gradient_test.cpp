@@ -27,8 +27,8 @@ TEST(UpstreamGradientTest, ValuesLieInRangeCentredWithUnitVariance) {
     sum_sq += static_cast<double>(x) * x;
   }
   const double n = static_cast<double>(v.size());
-  EXPECT_LT(std::abs(sum / n), 0.02);      // mean 0 (sd of the mean: 0.004)
-  EXPECT_NEAR(sum_sq / n, 1.0, 0.02);      // unit variance, as torch.randn's
+  EXPECT_LT(std::abs(sum / n), 0.02);  // mean 0 (sd of the mean: 0.004)
+  EXPECT_NEAR(sum_sq / n, 1.0, 0.02);  // unit variance, as torch.randn's
 }
 
 TEST(UpstreamGradientTest, ElementsDependOnKeyAndIndexAlone) {
