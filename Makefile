@@ -108,6 +108,8 @@ bench: build install-python
 	@$(PY) bench/bench.py --build $(BUILD) --out $(BUILD)/bench $(BENCH_ARGS)
 	@echo "== what recording a run costs (bench/capture_bench.py)"
 	@$(PY) bench/capture_bench.py
+	@echo "== what isolate costs against three trace_model runs (bench/isolate_bench.py)"
+	@$(PY) bench/isolate_bench.py
 	@echo "== judging pieces of fused tensors through a map (bench/map_pieces.py)"
 	@$(PY) bench/map_pieces.py --numalign $(BUILD)/numalign
 	@echo "== a million small tensors against a simdjson parse of their headers (bench/many_tensors.py)"
@@ -120,6 +122,8 @@ bench-smoke: build install-python
 	@grep -q '| model | bf16 |' $(BUILD)/bench-smoke/results.md
 	@$(PY) bench/capture_bench.py --layers 1 --hidden 64 --vocab 97 --tokens 16 --repeat 1 \
 	  | grep -q '| save_to |'
+	@$(PY) bench/isolate_bench.py --layers 2 --hidden 64 --vocab 97 --tokens 16 --repeat 1 \
+	  | grep -q '| isolate |'
 	@$(PY) bench/map_pieces.py --numalign $(BUILD)/numalign --rows 64 --width 32 --repeat 1 \
 	  | grep -q '| transposed |'
 	@$(PY) bench/many_tensors.py --build $(BUILD) --out $(BUILD)/bench-smoke/many_tensors --count 2000 \

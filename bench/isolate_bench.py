@@ -19,13 +19,16 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from capture_bench import llama
-from numalign import capture
-from numalign._runs import _module_copy, selected_modules
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from capture_bench import llama  # noqa: E402
+from numalign import capture  # noqa: E402
+from numalign._runs import _module_copy, selected_modules  # noqa: E402
 
 
 def model_passes(model) -> float:
