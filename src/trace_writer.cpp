@@ -17,6 +17,7 @@
 #include "background_appender.hpp"
 #include "json.hpp"
 #include "numalign/error.hpp"
+#include "numalign/trace.hpp"
 
 namespace numalign {
 
@@ -175,8 +176,11 @@ void TraceStreamWriter::close(const std::map<std::string, std::string>* metadata
   for (const auto& t : tensors_) arrival.push_back(&t);
   std::string header = header_for(arrival, metadata);
   Sink& sink = *sink_;
+  // Written once when the data stays where it is: a regular file, large enough to be worth
+  // it, every tensor aligned for its dtype, and the header within both the reserve and the
+  // readers' cap (a padded header counts whole).
   if (sink.side < 0 && aligned_ && size_ >= options_.reference_layout_below &&
-      8 + header.size() <= sink.base) {
+      8 + header.size() <= sink.base && sink.base - 8 <= kMaxHeaderSize) {
     header.append(sink.base - 8 - header.size(), ' ');  // JSON whitespace up to the data
     std::uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(header.size() >> (8 * i));

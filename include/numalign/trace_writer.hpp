@@ -34,11 +34,12 @@ void write_trace(const std::string& path, const std::vector<NamedTensor>& tensor
 // from its start, in arrival order; close() waits for them, writes the header in front and
 // renames the file over `path`: the data is written once. The file is the reference
 // serializer's layout (dtype descending, then name; the bytes write_trace writes) instead,
-// rewritten from the temporary file, when the data is smaller than
-// `reference_layout_below`, when the header does not fit the reserve, when a tensor would
-// start at an offset that is not a multiple of its element size, or when `path` is written
-// through (a FIFO, a device). Until close(), and after abort() or an error, `path` is left
-// as it was and no temporary file remains.
+// rewritten from the temporary file, when the data is smaller than `reference_layout_below`,
+// when the header does not fit the reserve (or the reserve passes kMaxHeaderSize, the
+// readers' cap), when a tensor would start at an offset that is not a multiple of its
+// element size, or when `path` is written through (a FIFO or a device, opened when the
+// writer is made). Until close(), and after abort() or an error, `path` is left as it was
+// and no temporary file remains.
 struct StreamOptions {
   std::uint64_t header_reserve = std::uint64_t{1} << 20;  // rounded up to 4 KiB
   std::uint64_t reference_layout_below = std::uint64_t{64} << 20;

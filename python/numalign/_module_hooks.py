@@ -140,8 +140,9 @@ class ModuleRecorder:
     _HEADER_PER_MODULE, _HEADER_PER_PARAMETER = 6 << 10, 1 << 10
 
     def _header_estimate(self) -> int:
-        return ((64 << 10) + self._HEADER_PER_MODULE * len(self._modules)
-                + self._HEADER_PER_PARAMETER * len(self._params))
+        # At most 64 MiB, well within the readers' cap on a header (100 MB).
+        return min(64 << 20, (64 << 10) + self._HEADER_PER_MODULE * len(self._modules)
+                   + self._HEADER_PER_PARAMETER * len(self._params))
 
     def record(self, name, tensor, *, module, kind, call=0, inputs=None, producer=None):
         if name in self.tags:

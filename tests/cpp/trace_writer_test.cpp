@@ -295,7 +295,19 @@ TEST(TraceStreamWriterTest, RewrittenInTheReferenceLayoutWhenWritingOnceCannotBe
     EXPECT_FALSE(w.written_once());
   }
   EXPECT_EQ(read_all(dir.file("streamed.safetensors")), read_all(dir.file("many.safetensors")));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 4);
+
+  // A reserve past the readers' cap on a header (100 MB): padding it would make a file they
+  // refuse.
+  StreamOptions huge = written_once_options();
+  huge.header_reserve = std::uint64_t{128} << 20;
+  {
+    TraceStreamWriter w(dir.file("huge_reserve.safetensors"), huge);
+    for (const auto& t : many) w.add(t.name, t.view);
+    w.close();
+    EXPECT_FALSE(w.written_once());
+  }
+  EXPECT_EQ(read_all(dir.file("huge_reserve.safetensors")), read_all(dir.file("many.safetensors")));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 5);
 }
 
 // A write that fails in the background (here: past the largest file the file system takes)
