@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "numalign/error.hpp"
 #include "numalign/trace.hpp"
@@ -308,6 +309,34 @@ TEST(TraceStreamWriterTest, RewrittenInTheReferenceLayoutWhenWritingOnceCannotBe
   }
   EXPECT_EQ(read_all(dir.file("huge_reserve.safetensors")), read_all(dir.file("many.safetensors")));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 5);
+}
+
+// A FIFO is written through: the data waits in an unnamed side file, then goes down the pipe
+// in the reference layout, and the FIFO stays a FIFO.
+TEST(TraceStreamWriterTest, AFifoGetsTheReferenceLayoutThroughThePipe) {
+  const TempDir dir;
+  std::vector<float> a(100000, 0.5f);
+  std::vector<std::uint16_t> b{7, 8, 9};
+  const TensorView va{DType::F32, {100000}, reinterpret_cast<const std::byte*>(a.data())};
+  const TensorView vb{DType::BF16, {3}, reinterpret_cast<const std::byte*>(b.data())};
+  write_trace(dir.file("whole.safetensors"), {{"a", va}, {"b", vb}});
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_all(fifo); });
+  {
+    TraceStreamWriter w(fifo, written_once_options());
+    w.add("b", vb);
+    w.add("a", va);
+    w.close();
+    EXPECT_FALSE(w.written_once());
+  }
+  reader.join();
+  EXPECT_EQ(got, read_all(dir.file("whole.safetensors")));
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 2);
 }
 
 // A write that fails in the background (here: past the largest file the file system takes)
