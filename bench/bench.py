@@ -14,7 +14,6 @@ plot.svg to --out. Usage: python bench/bench.py --build build --out build/bench 
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_workload  # noqa: E402
+from machine import machine_description  # noqa: E402
 import plot  # noqa: E402
 
 # Runs inside a fresh interpreter per measurement, so neither side sees the other's caches.
@@ -224,20 +224,6 @@ def table(results, kernels, machine, command, settled):
     for k in kernels:
         lines.append(f"| {k['dtype']} | {k['elements']} | {k['target']} | {k['gbps']:.2f} |")
     return "\n".join(lines) + "\n"
-
-
-def machine_description():
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} {platform.release()}"
 
 
 def atomic_write(path, text):

@@ -60,30 +60,60 @@ def llama(layers: int, hidden: int, vocab: int) -> transformers.LlamaForCausalLM
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--vocab", type=int, default=8000)
+def model_arguments(description, *, layers, hidden, vocab, tokens):
+    """The command line both capture benches share: the Llama's size, the batch, repeats and
+    torch's threads (set here)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--layers", type=int, default=layers)
+    ap.add_argument("--hidden", type=int, default=hidden)
+    ap.add_argument("--vocab", type=int, default=vocab)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=tokens)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    dtype = getattr(torch, args.dtype)
-    model = llama(args.layers, args.hidden, args.vocab)
+    return args
+
+
+def plain_step(model, args, dtype):
+    """(inputs, step): the model's token inputs, and its forward + backward in ``dtype`` with
+    a fixed upstream gradient, cast once here, outside any timing: the user's own step."""
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, args.vocab, (args.batch, args.tokens), generator=g)
-    inputs = {"input_ids": ids}
+    inputs = {"input_ids": torch.randint(0, args.vocab, (args.batch, args.tokens), generator=g)}
     cast = _module_copy(model, dtype, "cpu")
     upstream = torch.randn(args.batch, args.tokens, args.vocab, generator=g).to(dtype)
 
-    def plain():
+    def step():
         cast.zero_grad(set_to_none=True)
         cast(**inputs).logits.backward(upstream)
+    return inputs, step
+
+
+def time_alternating(variants, repeat, after_each=None):
+    """{name: median seconds} of each variant, run once to warm up (allocator, kernels, page
+    cache), then `repeat` times in turn, so that all see the machine in the same state."""
+    for f in variants.values():
+        f()
+    times = {v: [] for v in variants}
+    for _ in range(repeat):
+        for v, f in variants.items():
+            start = time.perf_counter()
+            f()
+            times[v].append(time.perf_counter() - start)
+            if after_each:
+                after_each()
+    return {v: statistics.median(t) for v, t in times.items()}
+
+
+def main() -> None:
+    args = model_arguments(__doc__.split("\n\n")[0], layers=8, hidden=512, vocab=8000,
+                           tokens=256)
+    dtype = getattr(torch, args.dtype)
+    model = llama(args.layers, args.hidden, args.vocab)
+    inputs, plain = plain_step(model, args, dtype)
 
     out_dir = tempfile.mkdtemp()
     path = os.path.join(out_dir, "trace.safetensors")
@@ -100,28 +130,22 @@ def main() -> None:
         "save_to": save_to,
         "save_to_replacing": lambda: capture.trace_model(model, inputs, dtype, save_to=path),
     }
-    for f in variants.values():  # warm up: allocator, kernels, page cache
-        f()
-    times = {v: [] for v in variants}
-    for _ in range(args.repeat):
-        for v, f in variants.items():
-            start = time.perf_counter()
-            f()
-            times[v].append(time.perf_counter() - start)
-            for old in os.listdir(out_dir):  # outside the timing
-                if old != "trace.safetensors":
-                    os.remove(os.path.join(out_dir, old))
+    def remove_new_files():  # outside the timing
+        for old in os.listdir(out_dir):
+            if old != "trace.safetensors":
+                os.remove(os.path.join(out_dir, old))
+
+    median = time_alternating(variants, args.repeat, after_each=remove_new_files)
     size = os.path.getsize(path) / 1e6
     os.remove(path)
     os.rmdir(out_dir)
-    base = statistics.median(times["plain"])
+    base = median["plain"]
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(f"HF Llama, {args.layers} layers, hidden {args.hidden}, {params:.1f}M parameters, "
           f"batch {args.batch} x {args.tokens}, {args.dtype}, torch threads "
           f"{torch.get_num_threads()}; trace {size:.0f} MB; median of {args.repeat}")
     print("| variant | seconds | vs plain |")
     print("| --- | ---: | ---: |")
-    median = {v: statistics.median(t) for v, t in times.items()}
     for v in variants:
         print(f"| {v} | {median[v]:.3f} | {median[v] / base:.2f}x |")
     print()

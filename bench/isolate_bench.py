@@ -16,19 +16,16 @@ the model tells how many model passes that is.
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from capture_bench import llama  # noqa: E402
+from capture_bench import llama, model_arguments, plain_step, time_alternating  # noqa: E402
 from numalign import capture  # noqa: E402
-from numalign._runs import _module_copy, selected_modules  # noqa: E402
+from numalign._runs import selected_modules  # noqa: E402
 
 
 def model_passes(model) -> float:
@@ -41,30 +38,14 @@ def model_passes(model) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=4000)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    dtype = torch.bfloat16
+    args = model_arguments(__doc__.split("\n\n")[0], layers=12, hidden=256, vocab=4000,
+                           tokens=128)
+    dtype = getattr(torch, args.dtype)
     ref = llama(args.layers, args.hidden, args.vocab)
     test = copy.deepcopy(ref)
     with torch.no_grad():  # a planted bug, so that the report has something to rank
         test.model.layers[args.layers // 2].mlp.down_proj.weight.mul_(1.01)
-    g = torch.Generator().manual_seed(1)
-    inputs = {"input_ids": torch.randint(0, args.vocab, (args.batch, args.tokens), generator=g)}
-    cast = _module_copy(ref, dtype, "cpu")
-    upstream = torch.randn(args.batch, args.tokens, args.vocab, generator=g).to(dtype)
-
-    def forward_backward():
-        cast.zero_grad(set_to_none=True)
-        cast(**inputs).logits.backward(upstream)
+    inputs, forward_backward = plain_step(ref, args, dtype)
 
     def three_traces():
         for model, d in ((ref, torch.float64), (ref, dtype), (test, dtype)):
@@ -72,17 +53,9 @@ def main() -> None:
 
     variants = {"forward_backward": forward_backward, "three_traces": three_traces,
                 "isolate": lambda: capture.isolate(test, ref, inputs, dtype)}
-    for f in variants.values():
-        f()
-    times = {v: [] for v in variants}
-    for _ in range(args.repeat):
-        for v, f in variants.items():
-            start = time.perf_counter()
-            f()
-            times[v].append(time.perf_counter() - start)
-    median = {v: statistics.median(t) for v, t in times.items()}
+    median = time_alternating(variants, args.repeat)
     print(f"HF Llama, {args.layers} layers, hidden {args.hidden}, batch {args.batch} x "
-          f"{args.tokens}, bf16 (truth float64), torch threads {torch.get_num_threads()}; "
+          f"{args.tokens}, {args.dtype} (truth float64), torch threads {torch.get_num_threads()}; "
           f"median of {args.repeat}")
     print("| variant | seconds | vs three_traces |")
     print("| --- | ---: | ---: |")

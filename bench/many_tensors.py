@@ -15,7 +15,6 @@ Needs numpy only (the traces are written directly in the safetensors layout).
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_description  # noqa: E402
 
 ELEMENTS = 16
 
@@ -103,19 +105,6 @@ def run(cmd):
     return seconds, peak[0]
 
 
-def machine():
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} logical cores, {mem:.0f} GiB RAM"
-
-
 def human(b):
     for unit in ("B", "KiB", "MiB", "GiB"):
         if b < 1024 or unit == "GiB":
@@ -153,7 +142,7 @@ def main():
             runs[k].append(run(cmd))
     floor = statistics.median(s for s, _ in runs["floor"])
     print(f"{a.count:,} tensors of {ELEMENTS} elements (test/ref F32, truth F64), "
-          f"median of {a.repeat}; {machine()}")
+          f"median of {a.repeat}; {machine_description()}")
     print(f"`python bench/many_tensors.py --count {a.count} --repeat {a.repeat}`\n")
     print("| run | seconds | x floor | peak RSS | output |")
     print("|---|---:|---:|---:|---:|")
