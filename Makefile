@@ -115,19 +115,20 @@ bench: build install-python
 	@echo "== a million small tensors against a simdjson parse of their headers (bench/many_tensors.py)"
 	@$(PY) bench/many_tensors.py --build $(BUILD) --out $(BUILD)/bench/many_tensors
 
-# In `make test`: the whole benchmark at a thousandth of its size, so that it keeps working.
+# In `make test`: the whole benchmark at a thousandth of its size, so that it keeps working
+# (pipefail: a bench that fails fails it; grep reads each table to its end, no closed pipe).
 bench-smoke: build install-python
 	@$(PY) bench/bench.py --build $(BUILD) --out $(BUILD)/bench-smoke --scale 0.001 --repeat 1 \
 	  --dtypes bf16,fp8 >/dev/null
 	@grep -q '| model | bf16 |' $(BUILD)/bench-smoke/results.md
-	@$(PY) bench/capture_bench.py --layers 1 --hidden 64 --vocab 97 --tokens 16 --repeat 1 \
-	  | grep -q '| save_to |'
-	@$(PY) bench/isolate_bench.py --layers 2 --hidden 64 --vocab 97 --tokens 16 --repeat 1 \
-	  | grep -q '| isolate |'
-	@$(PY) bench/map_pieces.py --numalign $(BUILD)/numalign --rows 64 --width 32 --repeat 1 \
-	  | grep -q '| transposed |'
-	@$(PY) bench/many_tensors.py --build $(BUILD) --out $(BUILD)/bench-smoke/many_tensors --count 2000 \
-	  --repeat 1 | grep -q '| html |'
+	@set -o pipefail; $(PY) bench/capture_bench.py --layers 1 --hidden 64 --vocab 97 --tokens 16 --repeat 1 \
+	  | grep '| save_to |' >/dev/null
+	@set -o pipefail; $(PY) bench/isolate_bench.py --layers 2 --hidden 64 --vocab 97 --tokens 16 --repeat 1 \
+	  | grep '| isolate |' >/dev/null
+	@set -o pipefail; $(PY) bench/map_pieces.py --numalign $(BUILD)/numalign --rows 64 --width 32 --repeat 1 \
+	  | grep '| transposed |' >/dev/null
+	@set -o pipefail; $(PY) bench/many_tensors.py --build $(BUILD) --out $(BUILD)/bench-smoke/many_tensors --count 2000 \
+	  --repeat 1 | grep '| html |' >/dev/null
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
