@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -78,11 +79,15 @@ std::string serialize_header(const std::vector<NamedTensor>& tensors,
 
 namespace {
 
-void write_frame(detail::AtomicFile& out, const std::string& header) {
-  std::uint8_t len[8];
-  const std::uint64_t n = header.size();
+// The frame's first 8 bytes: the header's length, little-endian (the safetensors format).
+std::array<std::uint8_t, 8> header_length_bytes(std::uint64_t n) {
+  std::array<std::uint8_t, 8> len{};
   for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(n >> (8 * i));
-  out.write(len, 8);
+  return len;
+}
+
+void write_frame(detail::AtomicFile& out, const std::string& header) {
+  out.write(header_length_bytes(header.size()).data(), 8);
   out.write(header);
 }
 
@@ -182,9 +187,7 @@ void TraceStreamWriter::close(const std::map<std::string, std::string>* metadata
   if (sink.side < 0 && aligned_ && size_ >= options_.reference_layout_below &&
       8 + header.size() <= sink.base && sink.base - 8 <= kMaxHeaderSize) {
     header.append(sink.base - 8 - header.size(), ' ');  // JSON whitespace up to the data
-    std::uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(header.size() >> (8 * i));
-    sink.out.write_at(len, 8, 0);
+    sink.out.write_at(header_length_bytes(header.size()).data(), 8, 0);
     sink.out.write_at(header.data(), header.size(), 8);
     sink.out.commit();
     written_once_ = true;
