@@ -9,7 +9,7 @@ import hashlib
 
 import torch
 
-from . import _core
+from . import _core, _precision
 from ._tensors import flatten, map_tensors
 
 
@@ -52,11 +52,12 @@ def _as_args(inputs):
     return inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
 
 
-def _module_copy(module, dtype, device):
+def _module_copy(module, dtype, device, float64_truth="keep"):
     """A deep copy of ``module`` with its floating parameters cast: the caller's model is
     left untouched. Each parameter is cast straight from the original (the deep copy is
     handed the cast one), so its data is copied once, not copied and then cast; tied
-    parameters stay tied."""
+    parameters stay tied. A float64 copy whose truth is kept float64 (``float64_truth``
+    "keep", see _precision.py) has its floating buffers cast to float64 too."""
     memo = {}
     for p in module.parameters():  # each shared parameter once
         if id(p) not in memo:
@@ -65,6 +66,8 @@ def _module_copy(module, dtype, device):
             memo[id(p)] = torch.nn.Parameter(data, requires_grad=p.requires_grad)
     copied = copy.deepcopy(module, memo).to(device)
     copied.zero_grad(set_to_none=True)
+    if dtype == torch.float64 and float64_truth == "keep":
+        _precision.cast_buffers_to_float64(copied)
     return copied
 
 

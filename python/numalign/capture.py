@@ -25,9 +25,7 @@ def _prepare(fn, inputs, dtype, device, float64_truth="keep"):
     module = None
     if isinstance(fn, torch.nn.Module):
         fingerprints.update({f"param.{name}": fingerprint(p) for name, p in fn.named_parameters()})
-        module = fn = _module_copy(fn, dtype, device)
-        if dtype == torch.float64 and float64_truth == "keep":
-            _precision.cast_buffers_to_float64(module)
+        module = fn = _module_copy(fn, dtype, device, float64_truth)
     return fn, module, _cast(inputs_list, dtype, device), fingerprints
 
 

@@ -59,18 +59,11 @@ class _Calls:
         return handles
 
 
-def _float64_copy(model, device, mode):
-    copied = _module_copy(model, torch.float64, device)
-    if mode == "keep":
-        _precision.cast_buffers_to_float64(copied)
-    return copied
-
-
 def _run_isolated(model, calls, dtype, device, mode):
     """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags, and
     for float64 the truth's precision record (see _precision.py)."""
     if dtype == torch.float64:
-        copied = _float64_copy(model, device, mode)
+        copied = _module_copy(model, torch.float64, device, mode)
         with _precision.float64_truth(copied, mode) as precision:
             tensors, tags = _run_calls(copied, calls, dtype, device)
         return tensors, tags, precision
@@ -127,7 +120,7 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
                          f"{past[0]!r} is a cache of earlier tokens, which a module run alone "
                          "cannot use: pass the whole sequence and no cache")
     # No fingerprints here: the three runs are made from one set of inputs, in this call.
-    call = _float64_copy(model_ref, device, float64_truth)
+    call = _module_copy(model_ref, torch.float64, device, float64_truth)
     args = _cast(_as_args(inputs), torch.float64, device)
     calls = _Calls(call, modules)
     handles = calls.hooks()
