@@ -401,17 +401,48 @@ void detail::compute_metrics_into(std::span<const MetricsInput> inputs, const Me
   // computed, straight into its result (no partial kept per tensor, no second copy).
   std::vector<Partial> partials(chunked);
   std::atomic<double> done_bytes{0};
+  // Calls f(input, bytes, size) for each file range a task reads (input 0 test, 1 ref, 2
+  // truth; none for gathered views).
+  const auto for_each_range = [&](const Task& task, auto f) {
+    const MetricsInput& in = inputs[task.tensor];
+    if (in.test->layout || in.ref->layout || (in.truth && in.truth->layout)) return;
+    const std::size_t es = element_size(in.test->dtype), n = task.end - task.begin;
+    f(0, in.test->data + task.begin * es, n * es);
+    f(1, in.ref->data + task.begin * es, n * es);
+    if (in.truth) {
+      const std::size_t us = element_size(in.truth->dtype);
+      f(2, in.truth->data + task.begin * us, n * us);
+    }
+  };
+  // Drop-behind bookkeeping per run of adjacent bytes, not per tensor: consecutive tensors
+  // usually lie side by side in their files, and a million small tensors would otherwise
+  // mean three million updates of a few shared counters.
+  const auto for_each_run = [&](std::size_t first, std::size_t last, auto f) {
+    std::array<std::span<const std::byte>, 3> run{};
+    for (std::size_t i = first; i < last; ++i) {
+      for_each_range(tasks[i], [&](int k, const std::byte* p, std::size_t n) {
+        if (run[k].data() + run[k].size() == p && !run[k].empty()) {
+          run[k] = {run[k].data(), run[k].size() + n};
+        } else {
+          if (!run[k].empty()) f(run[k]);
+          run[k] = {p, n};
+        }
+      });
+    }
+    for (const auto& r : run) {
+      if (!r.empty()) f(r);
+    }
+  };
+  if (pages) {
+    for_each_run(0, tasks.size(),
+                 [&](std::span<const std::byte> r) { pages->will_read(r.data(), r.size()); });
+  }
   auto run = [&](const Task& task) {
     const MetricsInput& in = inputs[task.tensor];
     const bool laid_out = in.test->layout || in.ref->layout || (in.truth && in.truth->layout);
-    if (pages && !laid_out) {
-      const std::size_t es = element_size(in.test->dtype), n = task.end - task.begin;
-      pages->before_reading(in.test->data + task.begin * es, n * es);
-      pages->before_reading(in.ref->data + task.begin * es, n * es);
-      if (in.truth) {
-        const std::size_t us = element_size(in.truth->dtype);
-        pages->before_reading(in.truth->data + task.begin * us, n * us);
-      }
+    if (pages) {
+      for_each_range(task,
+                     [&](int, const std::byte* p, std::size_t n) { pages->before_reading(p, n); });
     }
     Partial p = laid_out ? detail::accumulate_gathered(in, options, task.begin, task.end)
                          : detail::accumulate_with(in, options, task.begin, task.end);
@@ -432,6 +463,11 @@ void detail::compute_metrics_into(std::span<const MetricsInput> inputs, const Me
       batch_start.size() - 1, detail::resolve_threads(threads),
       [&](std::size_t j) {
         for (std::size_t i = batch_start[j]; i < batch_start[j + 1]; ++i) run(tasks[i]);
+        if (pages) {
+          for_each_run(batch_start[j], batch_start[j + 1], [&](std::span<const std::byte> r) {
+            pages->done_reading(r.data(), r.size());
+          });
+        }
       },
       progress ? std::function<void()>([&] { progress(done_bytes.load(), total_bytes); })
                : std::function<void()>());

@@ -14,8 +14,44 @@ PagePopulator::PagePopulator(std::span<const std::span<const std::byte>> regions
   for (const auto& r : regions) {
     if (r.empty()) continue;
     const std::size_t windows = (r.size() + kWindow - 1) / kWindow;
-    regions_.push_back({r.data(), r.size(), std::make_unique<std::atomic<bool>[]>(windows)});
+    regions_.push_back({r.data(), r.size(), std::make_unique<std::atomic<bool>[]>(windows),
+                        std::make_unique<std::atomic<std::uint64_t>[]>(windows)});
   }
+}
+
+const PagePopulator::Region* PagePopulator::region_of(const std::byte* p) const {
+  for (const Region& r : regions_) {
+    if (p >= r.begin && p < r.begin + r.size) return &r;
+  }
+  return nullptr;
+}
+
+template <class F>
+void PagePopulator::for_each_window(const Region& r, const std::byte* p, std::size_t bytes, F f) {
+  const auto begin = static_cast<std::size_t>(p - r.begin);
+  const std::size_t end = std::min(begin + bytes, r.size);
+  for (std::size_t w = begin / kWindow; w * kWindow < end; ++w) {
+    f(w, std::min(end, (w + 1) * kWindow) - std::max(begin, w * kWindow));
+  }
+}
+
+void PagePopulator::will_read(const std::byte* p, std::size_t bytes) const {
+  const Region* r = bytes ? region_of(p) : nullptr;
+  if (!r) return;
+  for_each_window(*r, p, bytes, [&](std::size_t w, std::size_t n) {
+    r->unread[w].fetch_add(n, std::memory_order_relaxed);
+  });
+}
+
+void PagePopulator::done_reading(const std::byte* p, std::size_t bytes) const {
+  const Region* r = bytes ? region_of(p) : nullptr;
+  if (!r) return;
+  for_each_window(*r, p, bytes, [&](std::size_t w, std::size_t n) {
+    // The reader that brings a window's count to 0 drops it: every other reader is done.
+    if (r->unread[w].fetch_sub(n, std::memory_order_acq_rel) == n) {
+      release_pages(r->begin + w * kWindow, std::min(kWindow, r->size - w * kWindow));
+    }
+  });
 }
 
 void PagePopulator::before_reading(const std::byte* p, std::size_t bytes) const {
@@ -50,7 +86,11 @@ void populate_for_writing(void* p, std::size_t bytes) {
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
   const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+  if (end <= begin) return;
+#ifdef MADV_HUGEPAGE
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#endif
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
 #else
   (void)p;
   (void)bytes;

@@ -1,5 +1,6 @@
 // page_populator_test.cpp: the windows of file mappings mapped before the pass reads them
-// (those read, and no others), and buffers populated for writing, whole pages only.
+// (those read, and no others) and dropped once read, and buffers populated for writing, whole
+// pages only.
 #include "page_populator.hpp"
 
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "numalign/judge.hpp"
 #include "numalign/trace.hpp"
 #include "temp_dir.hpp"
 
@@ -58,6 +60,68 @@ TEST(PagePopulatorTest, MapsTheWindowsOfWhatIsReadAndNoOthers) {
   pages.before_reading(elsewhere.data(), elsewhere.size());
   // What is judged through the populated mapping reads the file's bytes.
   EXPECT_EQ(std::to_integer<int>(t.find("big")->view.data[PagePopulator::kWindow + 100]), 7);
+}
+
+TEST(PagePopulatorTest, DropsAWindowOnceEveryAnnouncedByteOfItIsRead) {
+  using detail::PagePopulator;
+  constexpr std::size_t kWindow = PagePopulator::kWindow;
+  TempDir dir;
+  const std::string path = dir.file("big.safetensors");
+  std::vector<std::uint8_t> data(3 * kWindow, 7);
+  write_trace(
+      path,
+      {{"big",
+        TensorView{DType::U8, {data.size()}, reinterpret_cast<const std::byte*>(data.data())}}});
+  const Trace t = Trace::open(path);
+  const auto mapped = t.mappings();
+  ASSERT_EQ(mapped.size(), 1u);
+  const std::byte* base = mapped[0].data();
+  const PagePopulator pages(mapped);
+  // Two ranges announced: one across the end of window 0 into window 1, one inside window 1.
+  // Window 2 is read without being announced.
+  pages.will_read(base + kWindow - 100, 200);
+  pages.will_read(base + kWindow + 5000, 10);
+  pages.before_reading(base, 3 * kWindow);
+  ASSERT_TRUE(page_mapped(base + kWindow / 2));
+  ASSERT_TRUE(page_mapped(base + kWindow + kWindow / 2));
+  ASSERT_TRUE(page_mapped(base + 2 * kWindow + kWindow / 2));
+  // Reading the first range finishes window 0 (dropped) but not window 1 (10 bytes to go).
+  pages.done_reading(base + kWindow - 100, 200);
+  EXPECT_FALSE(page_mapped(base + kWindow / 2));
+  EXPECT_TRUE(page_mapped(base + kWindow + kWindow / 2));
+  pages.done_reading(base + kWindow + 5000, 10);
+  EXPECT_FALSE(page_mapped(base + kWindow + kWindow / 2));
+  EXPECT_TRUE(page_mapped(base + 2 * kWindow + kWindow / 2));  // never announced: kept
+  // A dropped window reads the file's bytes again.
+  const std::byte* big = t.find("big")->view.data;
+  EXPECT_EQ(std::count(big, big + data.size(), std::byte{7}),
+            static_cast<std::ptrdiff_t>(data.size()));
+}
+
+TEST(PagePopulatorTest, AJudgeOfFilesLeavesNoneOfTheirDataMapped) {
+  constexpr std::size_t kWindow = detail::PagePopulator::kWindow;
+  TempDir dir;
+  std::vector<float> values(kWindow / 2, 1.5f);  // each tensor 2 windows; 3 tensors a file
+  const auto* bytes = reinterpret_cast<const std::byte*>(values.data());
+  const TensorView v{DType::F32, {values.size()}, bytes};
+  const std::vector<NamedTensor> tensors{{"a", v}, {"b", v}, {"c", v}};
+  write_trace(dir.file("test.safetensors"), tensors);
+  write_trace(dir.file("ref.safetensors"), tensors);
+  const Trace test = Trace::open(dir.file("test.safetensors"));
+  const Trace ref = Trace::open(dir.file("ref.safetensors"));
+  const Report report = judge(test, ref, nullptr, JudgeOptions{});
+  ASSERT_EQ(report.tensors.size(), 3u);
+  for (const Trace* trace : {&test, &ref}) {
+    for (const auto& e : trace->entries()) {
+      for (std::size_t at = 0; at < e.view.nbytes(); at += kWindow / 4) {
+        EXPECT_FALSE(page_mapped(e.view.data + at)) << e.name << " byte " << at;
+      }
+    }
+  }
+  // The traces still read as before.
+  EXPECT_EQ(judge(test, ref, nullptr, JudgeOptions{}).tensors.size(), 3u);
+  const float* c = reinterpret_cast<const float*>(ref.find("c")->view.data);
+  EXPECT_EQ(c[values.size() - 1], 1.5f);
 }
 
 TEST(PagePopulatorTest, PopulatesTheWholePagesOfABufferForWriting) {
