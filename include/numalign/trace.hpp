@@ -98,7 +98,9 @@ class Trace {
   std::vector<std::span<const std::byte>> mappings() const;
 
  private:
-  void add_file(std::span<const std::byte> bytes, const std::string& label);
+  // `mapped`: the bytes are a file mapping of ours, whose header pages may be dropped once
+  // parsed (never memory a caller owns).
+  void add_file(std::span<const std::byte> bytes, const std::string& label, bool mapped);
   // `raw` becomes the trace's __metadata__, our key parsed (errors name `where`).
   void adopt_metadata(std::map<std::string, std::string> raw, const std::string& where);
   std::string path_;

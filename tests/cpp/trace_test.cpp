@@ -149,6 +149,8 @@ TEST(TraceReadTest, EntriesInDataOrderAndFoundByNameWhateverTheHeaderOrder) {
   }
   EXPECT_EQ(t.find("tensor.3000"), nullptr);
   EXPECT_EQ(t.find("tensor."), nullptr);
+  // Bytes a caller owns are read, never dropped or changed (a file's header pages are).
+  EXPECT_EQ(bytes, bytes_of(file_image(header, data)));
   // A name listed twice is found among thousands.
   const auto twice =
       bytes_of(file_image(header.substr(0, header.size() - 1) + "," + entry(17) + "}", data));
@@ -307,6 +309,30 @@ TEST(TraceHostileTest, ShapesHoldOnlyNonNegativeIntegers) {
   const auto zero =
       bytes_of(file_image(R"({"x":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})"));
   EXPECT_EQ(Trace::parse(zero, "z.safetensors").entries().size(), 1u);
+}
+
+// A file's header pages are dropped once parsed; the check for "-0", which reads the header a
+// second time, still finds one at its end, and a name holding "-0" is no number.
+TEST(TraceHostileTest, ANegativeZeroAtTheEndOfALargeFileHeaderIsFound) {
+  TempDir dir;
+  std::string header = "{";
+  for (int i = 0; i < 20000; ++i) {
+    header += "\"t-0." + std::to_string(i) +
+              "\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},";
+  }
+  const std::string good = header + R"("x":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})";
+  const std::string bad = header + R"("x":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]}})";
+  for (const auto& [name, text] : {std::pair{"good", good}, std::pair{"bad", bad}}) {
+    const std::string path = dir.file(std::string(name) + ".safetensors");
+    std::ofstream(path, std::ios::binary) << file_image(text);
+  }
+  EXPECT_EQ(Trace::open(dir.file("good.safetensors")).entries().size(), 20001u);
+  try {
+    Trace::open(dir.file("bad.safetensors"));
+    ADD_FAILURE() << "-0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.problem().find("non-negative integers"), std::string::npos) << e.problem();
+  }
 }
 
 }  // namespace
