@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <mutex>
 #include <unordered_map>
 
 #include "format.hpp"
@@ -71,11 +72,24 @@ bool precheck(const TensorTriple& t, TensorResult& r) {
 
 static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                           const ProgressFn& progress, const detail::PagePopulator& pages,
-                          Report report);
+                          Report report, std::vector<TensorTriple>* release);
+static Report judge_owned(std::vector<TensorTriple>* owned,
+                          const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
+                          const ProgressFn& progress,
+                          std::span<const std::span<const std::byte>> mapped);
 
 Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                      const ProgressFn& progress,
                      std::span<const std::span<const std::byte>> mapped) {
+  return judge_owned(nullptr, tensors, options, progress, mapped);
+}
+
+// judge_tensors, freeing `owned` (the same as `tensors`, or null) once the results are set
+// up from it: a million pairs are 150 MB not needed for the pass.
+static Report judge_owned(std::vector<TensorTriple>* owned,
+                          const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
+                          const ProgressFn& progress,
+                          std::span<const std::span<const std::byte>> mapped) {
   check_override_reasons(options);
   Report report;
   report.settings = settings_of(options);
@@ -83,8 +97,8 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
   // there are none, and the tensors are judged as given (a copy of a million is 150 MB).
   const auto only_in_test = [](const TensorTriple& t) { return !t.ref && t.test; };
   if (std::none_of(tensors.begin(), tensors.end(), only_in_test)) {
-    return judge_pairs(tensors, options, progress, detail::PagePopulator(mapped),
-                       std::move(report));
+    return judge_pairs(tensors, options, progress, detail::PagePopulator(mapped), std::move(report),
+                       owned);
   }
   std::vector<TensorTriple> judged;
   std::vector<std::string> extra;
@@ -102,12 +116,14 @@ Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOption
         std::to_string(extra.size()) + " tensor(s) only in test, not judged: " +
         detail::joined(shown, ", ") + (extra.size() > shown.size() ? ", ..." : ""));
   }
-  return judge_pairs(judged, options, progress, detail::PagePopulator(mapped), std::move(report));
+  if (owned) *owned = std::vector<TensorTriple>();
+  return judge_pairs(judged, options, progress, detail::PagePopulator(mapped), std::move(report),
+                     &judged);
 }
 
 static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                           const ProgressFn& progress, const detail::PagePopulator& pages,
-                          Report report) {
+                          Report report, std::vector<TensorTriple>* release) {
   // A result per tensor is about 600 bytes: for many tensors, megabytes first written here.
   std::vector<TensorResult> results;
   results.reserve(tensors.size());
@@ -137,6 +153,8 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
     inputs.push_back({t.test, t.ref, truth});
     input_of.push_back(i);
   }
+  const std::size_t judged = tensors.size();
+  if (release) *release = std::vector<TensorTriple>();  // `tensors` may be gone from here on
   MetricOptions mo{options.tol, options.equal_nan};
   mo.magnitude_profile = options.magnitude_profile;
   // The pass moves each tensor's metrics straight into its result.
@@ -173,32 +191,50 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   }
   auto metrics_of = [&](std::size_t k) -> const Metrics& { return *results[input_of[k]].metrics; };
   // Rules run on the same threads as the pass: with many small tensors, formatting each
-  // verdict's reason costs about as much as the pass over its data.
-  std::vector<Verdict> verdicts(inputs.size());
+  // verdict's reason costs about as much as the pass over its data. Each verdict goes
+  // straight into its result; the few warnings wait to be added in order.
+  std::mutex warned;
+  std::vector<std::pair<std::size_t, std::vector<std::string>>> rule_warnings;
   detail::parallel_for(inputs.size(), detail::resolve_threads(options.threads), [&](std::size_t k) {
-    verdicts[k] = evaluate(choices[input_of[k]], *inputs[k].test, *inputs[k].ref, inputs[k].truth,
-                           metrics_of(k), options);
-  });
-  bool all_identical = !inputs.empty();
-  bool warned_truth = false;
-  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    Verdict v = evaluate(choices[input_of[k]], *inputs[k].test, *inputs[k].ref, inputs[k].truth,
+                         metrics_of(k), options);
     TensorResult& r = results[input_of[k]];
-    Verdict& v = verdicts[k];
     r.verdict = v.kind;
     r.reason = std::move(v.reason);
     r.ratio = v.ratio;
     r.limit = v.limit;
     r.bias_failed = v.bias_failed;
-    for (const auto& w : v.warnings) report.warnings.push_back(r.name + ": " + w);
-    all_identical = all_identical && metrics_of(k).bits_differ == 0;
-    if (inputs[k].truth && inputs[k].truth->dtype != DType::F64 && !warned_truth) {
-      warned_truth = true;
-      report.warnings.push_back("truth is not float64 (" +
-                                std::string(name(inputs[k].truth->dtype)) + " in " + r.name +
-                                "): the rmse rule cannot judge against it");
+    if (!v.warnings.empty()) {
+      const std::lock_guard lock(warned);
+      rule_warnings.emplace_back(k, std::move(v.warnings));
     }
+  });
+  std::sort(rule_warnings.begin(), rule_warnings.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  // The first tensor whose truth is not float64 is warned of once, after its own warnings.
+  const auto not_f64 = std::find_if(inputs.begin(), inputs.end(), [](const MetricsInput& in) {
+    return in.truth && in.truth->dtype != DType::F64;
+  });
+  const auto first_not_f64 = static_cast<std::size_t>(not_f64 - inputs.begin());
+  const auto warn_not_f64 = [&] {
+    report.warnings.push_back("truth is not float64 (" + std::string(name(not_f64->truth->dtype)) +
+                              " in " + results[input_of[first_not_f64]].name +
+                              "): the rmse rule cannot judge against it");
+  };
+  bool warned_not_f64 = not_f64 == inputs.end();
+  for (const auto& [k, warnings] : rule_warnings) {
+    if (!warned_not_f64 && k > first_not_f64) {
+      warn_not_f64();
+      warned_not_f64 = true;
+    }
+    for (const auto& w : warnings) report.warnings.push_back(results[input_of[k]].name + ": " + w);
   }
-  if (all_identical && inputs.size() == tensors.size()) {
+  if (!warned_not_f64) warn_not_f64();
+  bool all_identical = !inputs.empty();
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    all_identical = all_identical && metrics_of(k).bits_differ == 0;
+  }
+  if (all_identical && inputs.size() == judged) {
     report.warnings.push_back(
         "test is bit-identical to ref in every tensor: was a run compared with itself?");
   }
@@ -367,18 +403,31 @@ std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, cons
     }
   }
   for (const auto& e : ref_entries) place(&e);
+  // Runs recorded alike list their tensors in the same order: the entry at ref's position is
+  // tried first, and the name looked up only when it is another tensor.
+  const auto namesake = [](const Trace& in, const TraceEntry& r, std::size_t at) {
+    const std::vector<TraceEntry>& e = in.entries();
+    return at < e.size() && e[at].name == r.name ? &e[at] : in.find(r.name);
+  };
   std::vector<TensorTriple> triples;
   triples.reserve(ordered.size());
+  std::size_t test_found = 0;  // test's tensors paired with one of ref's
   for (const TraceEntry* r : ordered) {
     const std::string& n = r->name;
     if (!selected_by(only, n)) continue;
-    const TraceEntry* t = test.find(n);
-    const TraceEntry* u = truth ? truth->find(n) : nullptr;
+    const auto at = static_cast<std::size_t>(r - ref_entries.data());
+    const TraceEntry* t = namesake(test, *r, at);
+    const TraceEntry* u = truth ? namesake(*truth, *r, at) : nullptr;
+    test_found += t != nullptr;
     triples.push_back({n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr});
   }
-  for (const auto& e : test.entries()) {
-    if (!ref.find(e.name) && selected_by(only, e.name))
-      triples.push_back({e.name, &e.view, nullptr, nullptr});
+  // Names are unique in a trace: when every tensor of test found its namesake, none is only
+  // in test.
+  if (test_found < test.entries().size()) {
+    for (const auto& e : test.entries()) {
+      if (!ref.find(e.name) && selected_by(only, e.name))
+        triples.push_back({e.name, &e.view, nullptr, nullptr});
+    }
   }
   return triples;
 }
@@ -546,8 +595,13 @@ Report judge(const std::vector<const Trace*>& test_ranks, const Trace& ref, cons
              const JudgeOptions& options, const ProgressFn& progress) {
   if (test_ranks.empty()) fail("test", "no trace given");
   const Trace& test = *test_ranks.front();
-  const Pairing pairing = pair_runs(test_ranks, ref, truth, options);
-  const std::vector<TensorTriple>& triples = pairing.triples;
+  Pairing pairing = pair_runs(test_ranks, ref, truth, options);
+  // What the report needs of the pairs is taken first: they are freed once judging starts.
+  std::size_t missing_truth = 0;
+  if (truth) {
+    for (const auto& t : pairing.triples) missing_truth += t.ref && !t.truth;
+  }
+  const std::string why_nothing = nothing_judged(ref, pairing.triples, options.only);
   std::vector<std::span<const std::byte>> mapped;
   std::vector<const Trace*> runs = test_ranks;
   runs.push_back(&ref);
@@ -557,7 +611,7 @@ Report judge(const std::vector<const Trace*>& test_ranks, const Trace& ref, cons
     const auto more = t->mappings();
     mapped.insert(mapped.end(), more.begin(), more.end());
   }
-  Report report = judge_tensors(triples, options, progress, mapped);
+  Report report = judge_owned(&pairing.triples, pairing.triples, options, progress, mapped);
   mark_unpaired_ops(test, ref, truth, report);  // ops of runs whose op sequences differ
   report.title = title_of(test, ref, truth);
   if (test_ranks.size() > 1 && !report.title.empty()) {
@@ -567,16 +621,11 @@ Report judge(const std::vector<const Trace*>& test_ranks, const Trace& ref, cons
   report.warnings.insert(report.warnings.end(), pairing.warnings.begin(), pairing.warnings.end());
   report.could_not_judge.insert(report.could_not_judge.end(), pairing.could_not_judge.begin(),
                                 pairing.could_not_judge.end());
-  if (truth) {
-    std::size_t missing = 0;
-    for (const auto& t : triples) missing += t.ref && !t.truth;
-    if (missing) {
-      report.warnings.push_back(std::to_string(missing) +
-                                " tensor(s) of ref are missing from truth");
-    }
+  if (missing_truth) {
+    report.warnings.push_back(std::to_string(missing_truth) +
+                              " tensor(s) of ref are missing from truth");
   }
-  if (const std::string why = nothing_judged(ref, triples, options.only); !why.empty())
-    report.could_not_judge.push_back(why);
+  if (!why_nothing.empty()) report.could_not_judge.push_back(why_nothing);
   auto meta = [](const Trace* t) { return t && t->metadata() ? &*t->metadata() : nullptr; };
   add_metadata_warnings(meta(&test), meta(&ref), meta(truth), report);
   check_randomness(meta(&test), meta(&ref), meta(truth), options, report);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -181,6 +182,88 @@ class InMemoryRunTest : public ::testing::Test {
   }
   std::deque<Buffer> buffers_;
 };
+
+// Pairing tries the entry at ref's position before looking a name up: whatever each run's
+// order, every tensor meets its namesake, and a tensor only in test is still listed.
+TEST_F(InMemoryRunTest, PairsByNameWhateverEachRunsOrder) {
+  const Buffer& x = values(DType::F32, {1.0, 2.0});
+  const auto view_of = [](const Trace& trace, const std::string& name) {
+    return &trace.find(name)->view;
+  };
+  const Trace r = run({{"a", &x}, {"b", &x}, {"c", &x}});
+  struct Case {
+    std::vector<std::string> test, truth;
+    std::vector<std::string> only;
+  };
+  const std::vector<Case> cases = {
+      {{"a", "b", "c"}, {"a", "b", "c"}, {}},       // alike
+      {{"c", "a", "b", "d"}, {"b", "a", "c"}, {}},  // shuffled, one more in test
+      {{"x", "a", "b", "c"}, {"c"}, {}},            // shifted by one; truth lacks two
+      {{"b", "a"}, {}, {}},                         // test lacks c
+      {{"a", "b", "c", "d"}, {"a", "b", "c"}, {"a", "d"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::pair<std::string, const Buffer*>> test_tensors, truth_tensors;
+    for (const auto& n : c.test) test_tensors.push_back({n, &x});
+    for (const auto& n : c.truth) truth_tensors.push_back({n, &x});
+    const Trace t = run(test_tensors), u = run(truth_tensors);
+    const std::vector<TensorTriple> triples = pair_tensors(t, r, &u, c.only);
+    // Expected: ref's tensors in ref's order, then test's own, each with its namesakes.
+    std::vector<std::string> expected;
+    for (const auto& n : {"a", "b", "c"}) {
+      if (c.only.empty() || std::find(c.only.begin(), c.only.end(), n) != c.only.end())
+        expected.push_back(n);
+    }
+    for (const auto& n : c.test) {
+      const bool in_ref = n == "a" || n == "b" || n == "c";
+      if (!in_ref && (c.only.empty() || std::find(c.only.begin(), c.only.end(), n) != c.only.end()))
+        expected.push_back(n);
+    }
+    ASSERT_EQ(triples.size(), expected.size()) << c.test.size();
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const TensorTriple& p = triples[i];
+      EXPECT_EQ(p.name, expected[i]);
+      EXPECT_EQ(p.test, t.find(p.name) ? view_of(t, p.name) : nullptr) << p.name;
+      EXPECT_EQ(p.ref, r.find(p.name) ? view_of(r, p.name) : nullptr) << p.name;
+      EXPECT_EQ(p.truth, p.ref && u.find(p.name) ? view_of(u, p.name) : nullptr) << p.name;
+    }
+  }
+}
+
+// The warnings of the rules come in the tensors' order, each tensor's own first; a truth that
+// is not float64 is warned of once, after the warnings of the first tensor that has one.
+TEST_F(InMemoryRunTest, RuleWarningsComeInTheTensorsOrder) {
+  const Buffer& one = values(DType::F32, std::vector<double>(64, 1.0));
+  const Buffer& off = values(DType::F32, std::vector<double>(64, 1.5));    // fails: the rule runs
+  const Buffer& exact = values(DType::F64, std::vector<double>(64, 1.0));  // ref's own values
+  const Buffer& narrow = values(DType::F32, std::vector<double>(64, 1.0));
+  const Trace t = run({{"a", &off}, {"b", &off}, {"c", &off}, {"d", &off}});
+  const Trace r = run({{"a", &one}, {"b", &one}, {"c", &one}, {"d", &one}});
+  const Trace u = run({{"a", &exact}, {"b", &narrow}, {"c", &exact}, {"d", &narrow}});
+  JudgeOptions o;
+  o.threads = 2;
+  const Report report = judge(t, r, &u, o);
+  std::vector<std::string> firsts;  // the tensor each warning names first
+  for (const auto& w : report.warnings) {
+    if (w.starts_with("truth is not float64")) {
+      firsts.push_back("not float64: " + w.substr(w.find(" in ") + 4, 1));
+    } else if (w.size() > 1 && w[1] == ':') {
+      firsts.push_back(w.substr(0, 1));
+    }
+  }
+  // a and c: ref equals truth (baseline 0); b, d: a float32 truth (warned of once, at b).
+  ASSERT_FALSE(firsts.empty());
+  const auto at = [&](const std::string& w) {
+    return std::find(firsts.begin(), firsts.end(), w) - firsts.begin();
+  };
+  EXPECT_LT(at("a"), at("not float64: b"));
+  EXPECT_LT(at("not float64: b"), at("c"));
+  EXPECT_EQ(std::count(firsts.begin(), firsts.end(), "not float64: b"), 1);
+  EXPECT_EQ(std::count(firsts.begin(), firsts.end(), "not float64: d"), 0);
+  EXPECT_TRUE(std::is_sorted(firsts.begin(), firsts.end(), [](const auto& x, const auto& y) {
+    return x.back() < y.back();
+  })) << testing::PrintToString(firsts);
+}
 
 TEST_F(InMemoryRunTest, PairsWarnsTagsAndTitlesNothing) {
   const Buffer& one = values(DType::F32, std::vector<double>(1200, 1.0));
