@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <sstream>
 
 #include "temp_dir.hpp"
@@ -70,6 +71,54 @@ TEST(ReportTest, SortPutsErrorsThenFailuresWorstFirstThenPassesInOrder) {
   EXPECT_EQ(r.tensors[3].ratio, 30.0);
   EXPECT_EQ(r.tensors[3].order, 5u);
   EXPECT_EQ(r.tensors[7].ratio, 9.0);
+}
+
+// Report::sort against the plainest oracle: std::stable_sort of whole results by the
+// documented order. Passes already in order take the sort's sliding path; passes out of order,
+// or sharing an order, the general one; failures tie on severity and carry infinities.
+TEST(ReportTest, SortAgreesWithAStableSortOfWholeResults) {
+  const auto rank = [](VerdictKind k) {
+    return k == VerdictKind::kError ? 0 : k == VerdictKind::kFail ? 1 : 2;
+  };
+  const auto before = [&](const TensorResult& a, const TensorResult& b) {
+    if (rank(a.verdict) != rank(b.verdict)) return rank(a.verdict) < rank(b.verdict);
+    if (a.verdict == VerdictKind::kFail && severity(a) != severity(b))
+      return severity(a) > severity(b);
+    return a.order < b.order;
+  };
+  std::mt19937 rng(7);
+  for (int round = 0; round < 400; ++round) {
+    const std::size_t n = rng() % 40;
+    const int pass_share = static_cast<int>(rng() % 4);  // 0: none pass ... 3: most pass
+    const bool passes_in_order = rng() % 2;
+    Report r;
+    for (std::size_t i = 0; i < n; ++i) {
+      const unsigned roll = rng() % 8;
+      const VerdictKind kind = static_cast<int>(roll % 4) < pass_share ? VerdictKind::kPass
+                               : roll % 3 == 0                         ? VerdictKind::kError
+                                                                       : VerdictKind::kFail;
+      const double ratios[] = {1.0, 2.0, 4.0, kInf, std::nan("")};
+      const double limits[] = {0.0, 1.0, 2.0};
+      const std::size_t order = passes_in_order ? i : rng() % n;  // repeats out of order
+      TensorResult t =
+          result("t" + std::to_string(i), kind, ratios[rng() % 5], limits[rng() % 3], order);
+      t.reason = "reason of t" + std::to_string(i) + std::string(20, 'x');  // on the heap
+      t.metrics.emplace().numel = i;
+      r.tensors.push_back(std::move(t));
+    }
+    std::vector<TensorResult> expected = r.tensors;
+    std::stable_sort(expected.begin(), expected.end(), before);
+    r.sort();
+    ASSERT_EQ(r.tensors.size(), expected.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      const TensorResult &got = r.tensors[i], &want = expected[i];
+      ASSERT_EQ(got.name, want.name) << "round " << round << ", position " << i;
+      ASSERT_EQ(got.reason, want.reason);
+      ASSERT_EQ(got.order, want.order);
+      ASSERT_TRUE(got.metrics);
+      ASSERT_EQ(got.metrics->numel, want.metrics->numel);
+    }
+  }
 }
 
 TEST(ReportTest, CountsVerdictAndExitCode) {
