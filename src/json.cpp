@@ -1,6 +1,9 @@
 // json.cpp: serde_json-compatible string escaping and numbers.
 #include "json.hpp"
 
+#include <charconv>
+#include <cmath>
+
 #include "format.hpp"
 
 namespace numalign::detail {
@@ -71,6 +74,23 @@ void append_json_string(std::string& out, std::string_view s, JsonStyle style) {
   out += '"';
 }
 
-JsonWriter& JsonWriter::number(double v) { return raw(json_number(v)); }
+// Numbers are formatted into the text itself: a report of a million tensors writes tens of
+// millions of them. json_number() is the same form as a string.
+JsonWriter& JsonWriter::number(double v) {
+  if (!std::isfinite(v)) return null();
+  separate();
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  out_.append(buf, res.ptr);
+  return *this;
+}
+
+JsonWriter& JsonWriter::integer(unsigned long long v) {
+  separate();
+  char buf[24];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  out_.append(buf, res.ptr);
+  return *this;
+}
 
 }  // namespace numalign::detail

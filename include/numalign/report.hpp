@@ -107,8 +107,9 @@ std::string divergence_text(const FirstDivergence& d);
 // The verdict line that ends the text report: "ALIGNED: 3 of 3 tensors pass".
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
-// render_json's text handed to `sink` in pieces of about a megabyte as it is produced: a
-// million tensors make hundreds of megabytes of JSON, never held whole.
+// render_json's text handed to `sink` in pieces as it is produced (the tensors' objects in
+// blocks of 1,024, formatted on all cores): a million tensors make hundreds of megabytes of
+// JSON, never held whole.
 void render_json(const Report& report, const std::function<void(std::string_view)>& sink);
 // render_json's text written to `path` as it is produced, atomically (as the CLI's -o: a
 // temporary file renamed into place once complete; "-" is stdout).

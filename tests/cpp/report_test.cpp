@@ -421,6 +421,14 @@ TEST(ReportTest, JsonStreamedInPiecesIsTheSameDocument) {
   simdjson::dom::element doc;
   ASSERT_FALSE(parser.parse(whole).get(doc));
   EXPECT_EQ(simdjson::dom::array(doc["tensors"]).size(), 20'000u);
+  // The tensors are formatted in blocks on several threads: each comes out whole, in order.
+  std::size_t at = 0;
+  for (simdjson::dom::element t : simdjson::dom::array(doc["tensors"])) {
+    ASSERT_EQ(std::string_view(t["name"]), r.tensors[at].name) << at;
+    ASSERT_EQ(std::int64_t(t["ulp_hist"]["0"]), 3) << at;
+    ASSERT_EQ(std::int64_t(t["ulp_hist"]["1"]), 1) << at;
+    ++at;
+  }
 
   testing::TempDir dir;
   write_json_file(r, dir.file("report.json"));
@@ -428,6 +436,39 @@ TEST(ReportTest, JsonStreamedInPiecesIsTheSameDocument) {
   std::stringstream read;
   read << in.rdbuf();
   EXPECT_EQ(read.str(), whole);
+}
+
+// Indices in JSON are unravel_index's, whatever the rank (short ranks are formatted without a
+// vector of their own): scalars and empty tensors have none.
+TEST(ReportTest, JsonIndicesAreUnravelledForEveryRank) {
+  const std::vector<Shape> shapes = {{},        {5},       {0},         {3, 4},      {2, 0, 3},
+                                     {2, 3, 4}, {1, 1, 1}, Shape(8, 2), Shape(9, 2), Shape(12, 3)};
+  Report r;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    TensorResult t = result("t" + std::to_string(i), VerdictKind::kPass, 1.0, 3.0, i);
+    t.shape = shapes[i];
+    Metrics m;
+    m.numel = 1;
+    for (auto d : shapes[i]) m.numel *= d;
+    m.max_abs_ref_index = m.numel ? (m.numel * 7 / 11) % m.numel : 0;
+    t.metrics = m;
+    r.tensors.push_back(std::move(t));
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  const std::string text = render_json(r);
+  ASSERT_FALSE(parser.parse(text).get(doc));
+  std::size_t i = 0;
+  for (simdjson::dom::element t : simdjson::dom::array(doc["tensors"])) {
+    std::vector<std::uint64_t> index;
+    for (simdjson::dom::element v : simdjson::dom::array(t["max_abs_ref_index"])) {
+      index.push_back(std::uint64_t(v));
+    }
+    const Metrics& m = *r.tensors[i].metrics;
+    EXPECT_EQ(index, unravel_index(shapes[i], m.max_abs_ref_index)) << "shape " << i;
+    ++i;
+  }
+  EXPECT_EQ(i, shapes.size());
 }
 
 TEST(ReportTest, JunitHasOneCasePerTensorWithEscapedNames) {
