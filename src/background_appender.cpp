@@ -89,7 +89,7 @@ void BackgroundAppender::write_block(const Pending& p) {
     const ssize_t k = ::pwrite(fd_, data, n, at);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
-      const std::string why = std::string("cannot write tensor data: ") +
+      const std::string why = "cannot write " + options_.written + ": " +
                               (k < 0 ? std::strerror(errno) : "nothing written");
       const std::lock_guard<std::mutex> lock(mutex_);
       if (error_.empty()) error_ = why;

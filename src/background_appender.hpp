@@ -26,6 +26,8 @@ class BackgroundAppender {
     // From this many bytes written on, each block's writeback to disk is started as it is
     // written (sync_file_range), so that the final fsync has little left to wait for.
     std::uint64_t writeback_from = 0;
+    // What the bytes are, in errors: "cannot write <written>: <why>".
+    std::string written = "tensor data";
   };
   // `what` names the file in errors.
   BackgroundAppender(int fd, std::uint64_t base, std::string what, Options options);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "atomic_file.hpp"
+#include "background_appender.hpp"
 #include "format.hpp"
 #include "json.hpp"
 #include "numalign/text.hpp"
@@ -608,7 +609,21 @@ std::string render_json(const Report& report) {
 
 void write_json_file(const Report& report, const std::string& path) {
   detail::AtomicFile out(path);
-  render_json(report, [&out](std::string_view piece) { out.write(piece); });
+  if (out.written_through()) {  // stdout, a FIFO, a device: in order, on this thread
+    render_json(report, [&out](std::string_view piece) { out.write(piece); });
+    out.commit();
+    return;
+  }
+  // Into the temporary file on a thread of its own, its writeback to disk started as it goes:
+  // the next tensors are formatted meanwhile, and the final fsync has little left to wait
+  // for (a million tensors make 700 MB).
+  {
+    detail::BackgroundAppender writer(out.fd(), 0, path,
+                                      {std::size_t{1} << 20, 8, 0, "the report"});
+    render_json(report,
+                [&writer](std::string_view piece) { writer.append(piece.data(), piece.size()); });
+    writer.finish();
+  }
   out.commit();
 }
 

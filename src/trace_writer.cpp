@@ -133,7 +133,7 @@ struct TraceStreamWriter::Sink {
 
   Sink(const std::string& path, const StreamOptions& options) : out(path) {
     detail::BackgroundAppender::Options staging{options.staging_block_bytes, options.staging_blocks,
-                                                0};
+                                                0, "tensor data"};
     int fd = out.fd();
     if (out.written_through()) {
       namespace fs = std::filesystem;
