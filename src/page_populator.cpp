@@ -50,6 +50,7 @@ void PagePopulator::done_reading(const std::byte* p, std::size_t bytes) const {
     // The reader that brings a window's count to 0 drops it: every other reader is done.
     if (r->unread[w].fetch_sub(n, std::memory_order_acq_rel) == n) {
       release_pages(r->begin + w * kWindow, std::min(kWindow, r->size - w * kWindow));
+      r->taken[w].store(false, std::memory_order_relaxed);  // a later reader maps it ahead again
     }
   });
 }
@@ -88,7 +89,12 @@ void populate_for_writing(void* p, std::size_t bytes) {
   const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / page * page;
   if (end <= begin) return;
 #ifdef MADV_HUGEPAGE
-  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  // Only buffers that malloc maps apart (any above 32 MiB), which go back to the system
+  // whole when freed: a smaller one may lie in the heap, whose other uses should not get
+  // huge pages.
+  if (end - begin >= (std::uintptr_t{64} << 20)) {
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
 #endif
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
 #else

@@ -54,9 +54,9 @@ class PagePopulator {
 
 // Maps the whole pages inside [p, p + bytes) for writing in one call (MADV_POPULATE_WRITE):
 // for a large buffer about to be filled, cheaper than the fault per page its first writes
-// would take. Huge pages are asked for first (MADV_HUGEPAGE, where the system gives them on
-// request): half the time again for a buffer of hundreds of MB. Does nothing where the kernel
-// lacks the calls; the writes then fault as usual.
+// would take. For a buffer of 64 MiB or more, huge pages are asked for first (MADV_HUGEPAGE,
+// where the system gives them on request): half the time again for hundreds of MB. Does nothing
+// where the kernel lacks the calls; the writes then fault as usual.
 void populate_for_writing(void* p, std::size_t bytes);
 
 // Drops the whole pages inside [p, p + bytes) of a read-only file mapping from this process

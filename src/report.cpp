@@ -31,7 +31,11 @@ double severity(const TensorResult& r) {
   if (!r.ratio || !r.limit) return std::numeric_limits<double>::infinity();
   const double ratio = *r.ratio, limit = *r.limit;
   if (std::isnan(ratio)) return std::numeric_limits<double>::infinity();
-  if (limit > 0) return ratio / limit;
+  if (limit > 0) {
+    const double s = ratio / limit;  // NaN for an infinite ratio over an infinite limit
+    return std::isnan(s) ? std::numeric_limits<double>::infinity() : s;
+  }
+  if (std::isnan(limit)) return std::numeric_limits<double>::infinity();
   return ratio > 0 ? std::numeric_limits<double>::infinity() : 0.0;
 }
 
@@ -491,13 +495,14 @@ void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
 
 // The tensors' objects, formatted in blocks on all cores and handed on in order: formatting
 // is most of the time of a report of many tensors (about 670 bytes and 20 numbers a tensor).
-// A wave of blocks is formatted at once, so that the text held stays a few megabytes.
+// A wave of at most 32 blocks is formatted at once, so that the text held stays a few tens
+// of megabytes whatever the cores.
 void write_tensors(detail::JsonWriter& w, const std::vector<TensorResult>& tensors,
                    const std::function<void(std::string_view)>& sink) {
   constexpr std::size_t kBlock = 1024;
   const int threads = detail::resolve_threads(0);
   const std::size_t blocks = (tensors.size() + kBlock - 1) / kBlock;
-  const std::size_t wave = 4 * static_cast<std::size_t>(threads);
+  const std::size_t wave = std::min<std::size_t>(32, 4 * static_cast<std::size_t>(threads));
   std::vector<std::string> texts(std::min(wave, blocks));
   for (std::size_t first = 0; first < blocks; first += wave) {
     const std::size_t count = std::min(wave, blocks - first);

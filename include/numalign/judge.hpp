@@ -18,7 +18,9 @@ namespace numalign {
 using ProgressFn = std::function<void(double done_bytes, double total_bytes)>;
 
 // `mapped`: the file mappings the views point into (Trace::mappings()), if any; their pages
-// are then mapped ahead of the pass, window by window, on the threads about to read them.
+// are then mapped ahead of the pass, window by window, on the threads about to read them,
+// and dropped from the process once read. Only read-only file mappings may be given (as
+// Trace::mappings() are): dropped pages of other memory would read back as zeros.
 Report judge_tensors(const std::vector<TensorTriple>& tensors, const JudgeOptions& options,
                      const ProgressFn& progress = {},
                      std::span<const std::span<const std::byte>> mapped = {});

@@ -49,6 +49,10 @@ TEST(ReportTest, SeverityIsRatioOverLimit) {
   EXPECT_EQ(severity(result("a", VerdictKind::kError, std::nullopt, std::nullopt, 0)), kInf);
   EXPECT_EQ(severity(result("a", VerdictKind::kFail, 2.0, std::nullopt, 0)), kInf);
   EXPECT_EQ(severity(result("a", VerdictKind::kFail, std::nan(""), 3.0, 0)), kInf);
+  // Nor is an infinite ratio over an infinite limit, or a NaN limit: never NaN, which no
+  // sort could order.
+  EXPECT_EQ(severity(result("a", VerdictKind::kFail, kInf, kInf, 0)), kInf);
+  EXPECT_EQ(severity(result("a", VerdictKind::kFail, 2.0, std::nan(""), 0)), kInf);
 }
 
 TEST(ReportTest, SortPutsErrorsThenFailuresWorstFirstThenPassesInOrder) {
@@ -98,10 +102,10 @@ TEST(ReportTest, SortAgreesWithAStableSortOfWholeResults) {
                                : roll % 3 == 0                         ? VerdictKind::kError
                                                                        : VerdictKind::kFail;
       const double ratios[] = {1.0, 2.0, 4.0, kInf, std::nan("")};
-      const double limits[] = {0.0, 1.0, 2.0};
+      const double limits[] = {0.0, 1.0, 2.0, kInf};
       const std::size_t order = passes_in_order ? i : rng() % n;  // repeats out of order
       TensorResult t =
-          result("t" + std::to_string(i), kind, ratios[rng() % 5], limits[rng() % 3], order);
+          result("t" + std::to_string(i), kind, ratios[rng() % 5], limits[rng() % 4], order);
       t.reason = "reason of t" + std::to_string(i) + std::string(20, 'x');  // on the heap
       t.metrics.emplace().numel = i;
       r.tensors.push_back(std::move(t));
