@@ -133,21 +133,35 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   std::vector<std::size_t> input_of;  // index into results for each input
   std::vector<RuleChoice> choices(tensors.size());
   const RuleSelector selector(options);
+  // The results are set up on the judge's threads, a block of tensors at a time (a million
+  // results are 600 MB to write); the tensors that go on to the pass are gathered after, in
+  // order.
+  std::vector<char> to_pass(tensors.size());
+  constexpr std::size_t kSetUpBlock = 4096;
+  detail::parallel_for((tensors.size() + kSetUpBlock - 1) / kSetUpBlock,
+                       detail::resolve_threads(options.threads), [&](std::size_t block) {
+                         const std::size_t end =
+                             std::min(tensors.size(), (block + 1) * kSetUpBlock);
+                         for (std::size_t i = block * kSetUpBlock; i < end; ++i) {
+                           const TensorTriple& t = tensors[i];
+                           TensorResult& r = results[i];
+                           r.name = t.name;
+                           r.order = i;
+                           if (!t.source.empty()) r.tags.emplace("test_source", t.source);
+                           const TensorView* any = t.test ? t.test : t.ref;
+                           if (any) {
+                             r.dtype = any->dtype;
+                             r.shape = any->shape;
+                           }
+                           choices[i] = selector.choose(t.name, any ? any->dtype : DType::F32);
+                           r.rule = choices[i].rule.spec();
+                           if (choices[i].override) r.override_reason = choices[i].override->reason;
+                           to_pass[i] = !precheck(t, r);
+                         }
+                       });
   for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (!to_pass[i]) continue;
     const TensorTriple& t = tensors[i];
-    TensorResult& r = results[i];
-    r.name = t.name;
-    r.order = i;
-    if (!t.source.empty()) r.tags.emplace("test_source", t.source);
-    const TensorView* any = t.test ? t.test : t.ref;
-    if (any) {
-      r.dtype = any->dtype;
-      r.shape = any->shape;
-    }
-    choices[i] = selector.choose(t.name, any ? any->dtype : DType::F32);
-    r.rule = choices[i].rule.spec();
-    if (choices[i].override) r.override_reason = choices[i].override->reason;
-    if (precheck(t, r)) continue;
     // Truth is only read when the tensor can use it (a floating truth for a floating test).
     const TensorView* truth = (t.truth && is_floating(t.ref->dtype)) ? t.truth : nullptr;
     inputs.push_back({t.test, t.ref, truth});
