@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "numalign/judge.hpp"
@@ -34,18 +35,25 @@ bool page_mapped(const std::byte* p) {
   return entry >> 63;
 }
 
-TEST(PagePopulatorTest, MapsTheWindowsOfWhatIsReadAndNoOthers) {
-  using detail::PagePopulator;
-  TempDir dir;
+// A trace of one U8 tensor "big" of three windows of 7s, written into `dir` and opened: one
+// file, one mapping.
+Trace three_window_trace(const TempDir& dir) {
   const std::string path = dir.file("big.safetensors");
-  std::vector<std::uint8_t> data(3 * PagePopulator::kWindow, 7);
+  const std::vector<std::uint8_t> data(3 * detail::PagePopulator::kWindow, 7);
   write_trace(
       path,
       {{"big",
         TensorView{DType::U8, {data.size()}, reinterpret_cast<const std::byte*>(data.data())}}});
-  const Trace t = Trace::open(path);
+  Trace t = Trace::open(path);
+  if (t.mappings().size() != 1) throw std::runtime_error("big.safetensors: not one mapping");
+  return t;
+}
+
+TEST(PagePopulatorTest, MapsTheWindowsOfWhatIsReadAndNoOthers) {
+  using detail::PagePopulator;
+  TempDir dir;
+  const Trace t = three_window_trace(dir);
   const auto mapped = t.mappings();
-  ASSERT_EQ(mapped.size(), 1u);
   const std::byte* base = mapped[0].data();
   const PagePopulator pages(mapped);
   // A few bytes inside the second window map all of it, and nothing of the third.
@@ -66,15 +74,8 @@ TEST(PagePopulatorTest, DropsAWindowOnceEveryAnnouncedByteOfItIsRead) {
   using detail::PagePopulator;
   constexpr std::size_t kWindow = PagePopulator::kWindow;
   TempDir dir;
-  const std::string path = dir.file("big.safetensors");
-  std::vector<std::uint8_t> data(3 * kWindow, 7);
-  write_trace(
-      path,
-      {{"big",
-        TensorView{DType::U8, {data.size()}, reinterpret_cast<const std::byte*>(data.data())}}});
-  const Trace t = Trace::open(path);
+  const Trace t = three_window_trace(dir);
   const auto mapped = t.mappings();
-  ASSERT_EQ(mapped.size(), 1u);
   const std::byte* base = mapped[0].data();
   const PagePopulator pages(mapped);
   // Two ranges announced: one across the end of window 0 into window 1, one inside window 1.
@@ -94,8 +95,8 @@ TEST(PagePopulatorTest, DropsAWindowOnceEveryAnnouncedByteOfItIsRead) {
   EXPECT_TRUE(page_mapped(base + 2 * kWindow + kWindow / 2));  // never announced: kept
   // A dropped window reads the file's bytes again.
   const std::byte* big = t.find("big")->view.data;
-  EXPECT_EQ(std::count(big, big + data.size(), std::byte{7}),
-            static_cast<std::ptrdiff_t>(data.size()));
+  EXPECT_EQ(std::count(big, big + 3 * kWindow, std::byte{7}),
+            static_cast<std::ptrdiff_t>(3 * kWindow));
 }
 
 TEST(PagePopulatorTest, AJudgeOfFilesLeavesNoneOfTheirDataMapped) {
