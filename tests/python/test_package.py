@@ -2,6 +2,7 @@
 message, compare.metrics and the pytest plugin."""
 import collections
 import dataclasses
+import gc
 import json
 import subprocess
 import sys
@@ -63,6 +64,24 @@ def test_judge_accepts_paths_nested_structures_and_numpy(tmp_path):
     assert numalign.judge(tmp_path / "r.safetensors", str(tmp_path / "r.safetensors"), tmp_path / "u.safetensors").aligned
     a = u.numpy().astype(ml_dtypes.bfloat16)
     assert numalign.judge({"y": a}, {"y": a}, {"y": u.numpy()}).aligned
+
+
+def test_judge_leaves_the_garbage_collector_as_it_found_it():
+    # judge holds Python's collector off while it hands the runs over (thousands of small
+    # tuples), and gives it back, also when it raises, and never turns on one that was off.
+    x = {f"t{i}": torch.full((4,), float(i)) for i in range(50)}
+    try:
+        assert gc.isenabled()
+        assert numalign.judge(x, x).tensors
+        assert gc.isenabled()
+        with pytest.raises(TypeError):
+            numalign.judge({"a": "not a tensor"}, x)
+        assert gc.isenabled()
+        gc.disable()
+        numalign.judge(x, x)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_assert_aligned_names_the_worst_tensor():
