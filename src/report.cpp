@@ -126,27 +126,39 @@ void Report::sort() {
   auto rank = [](VerdictKind k) {
     return k == VerdictKind::kError ? 0 : k == VerdictKind::kFail ? 1 : 2;
   };
-  // The keys apart from the results: a comparison then reads 24 bytes that lie together, not
-  // two 600-byte results far apart.
+  // The results that do not pass are few: they are sorted on keys apart from the results (a
+  // comparison then reads 24 bytes that lie together, not two 600-byte results far apart).
+  // The passes only need ordering by `order`, which judge already gives them.
   struct Key {
     int rank;
     double severity;  // failures only
     std::size_t order;
+    std::size_t at;
   };
-  const std::size_t n = tensors.size();
-  std::vector<Key> keys(n);
-  for (std::size_t i = 0; i < n; ++i) {
+  std::vector<Key> not_passing;
+  std::vector<std::size_t> by;  // result positions in sorted order: passes appended below
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorResult& r = tensors[i];
-    keys[i] = {rank(r.verdict), r.verdict == VerdictKind::kFail ? severity(r) : 0.0, r.order};
+    if (r.verdict == VerdictKind::kPass) {
+      by.push_back(i);
+    } else {
+      not_passing.push_back(
+          {rank(r.verdict), r.verdict == VerdictKind::kFail ? severity(r) : 0.0, r.order, i});
+    }
   }
-  std::vector<std::size_t> by(n);
-  for (std::size_t i = 0; i < n; ++i) by[i] = i;
-  std::stable_sort(by.begin(), by.end(), [&](std::size_t i, std::size_t j) {
-    const Key &a = keys[i], &b = keys[j];
+  std::stable_sort(not_passing.begin(), not_passing.end(), [](const Key& a, const Key& b) {
     if (a.rank != b.rank) return a.rank < b.rank;
     if (a.rank == 1 && a.severity != b.severity) return a.severity > b.severity;
     return a.order < b.order;
   });
+  const auto pass_order = [&](std::size_t i, std::size_t j) {
+    return tensors[i].order < tensors[j].order;
+  };
+  if (!std::is_sorted(by.begin(), by.end(), pass_order)) {
+    std::stable_sort(by.begin(), by.end(), pass_order);
+  }
+  by.insert(by.begin(), not_passing.size(), 0);
+  for (std::size_t k = 0; k < not_passing.size(); ++k) by[k] = not_passing[k].at;
   move_into_order(tensors, by);
 }
 
