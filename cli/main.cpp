@@ -163,9 +163,10 @@ void refuse_clobbering(const std::string& output, std::vector<std::string> input
   refuse_output_over_input(output, inputs);
 }
 
-int emit(const Report& report, const OutputOptions& c) {
+// `threads`: those the judge was given (0: all cores), for formatting JSON too.
+int emit(const Report& report, const OutputOptions& c, int threads = 0) {
   if (c.format == "json") {
-    write_json_file(report, c.output);  // as it is produced: it can be hundreds of MB
+    write_json_file(report, c.output, threads);  // as it is produced: it can be hundreds of MB
   } else {
     write_file_atomic(c.output, c.format == "junit"  ? render_junit(report)
                                 : c.format == "html" ? render_html(report)
@@ -347,7 +348,7 @@ int run_judge(JudgeOptions options, const std::string& test, const std::string& 
   Progress progress(!out.no_progress);
   options.magnitude_profile_sum_only = true;  // the page draws the sum only
   const Report report = judge(test_ranks, t.ref, t.truth_or_null(), options, progress.callback());
-  return emit(report, out);
+  return emit(report, out, options.threads);
 }
 
 int run_sensitivity(const TraceArguments& traces, const JudgeArguments& args,

@@ -510,9 +510,9 @@ void write_tensor(detail::JsonWriter& w, const TensorResult& r) {
 // A wave of at most 32 blocks is formatted at once, so that the text held stays a few tens
 // of megabytes whatever the cores.
 void write_tensors(detail::JsonWriter& w, const std::vector<TensorResult>& tensors,
-                   const std::function<void(std::string_view)>& sink) {
+                   const std::function<void(std::string_view)>& sink, int threads_asked) {
   constexpr std::size_t kBlock = 1024;
-  const int threads = detail::resolve_threads(0);
+  const int threads = detail::resolve_threads(threads_asked);
   const std::size_t blocks = (tensors.size() + kBlock - 1) / kBlock;
   const std::size_t wave = std::min<std::size_t>(32, 4 * static_cast<std::size_t>(threads));
   std::vector<std::string> texts(std::min(wave, blocks));
@@ -532,7 +532,8 @@ void write_tensors(detail::JsonWriter& w, const std::vector<TensorResult>& tenso
 
 }  // namespace
 
-void render_json(const Report& report, const std::function<void(std::string_view)>& sink) {
+void render_json(const Report& report, const std::function<void(std::string_view)>& sink,
+                 int threads) {
   detail::JsonWriter w(detail::JsonStyle::kTerminalSafe);
   w.begin_object();
   w.key("aligned").boolean(report.aligned());
@@ -611,7 +612,7 @@ void render_json(const Report& report, const std::function<void(std::string_view
   }
   if (report.first_failing) w.key("first_failing").string(*report.first_failing);
   w.key("tensors").begin_array();
-  write_tensors(w, report.tensors, sink);
+  write_tensors(w, report.tensors, sink, threads);
   w.end_array();
   w.end_object();
   w.flush_to(sink);
@@ -624,10 +625,11 @@ std::string render_json(const Report& report) {
   return out;
 }
 
-void write_json_file(const Report& report, const std::string& path) {
+void write_json_file(const Report& report, const std::string& path, int threads) {
   detail::AtomicFile out(path);
   if (out.written_through()) {  // stdout, a FIFO, a device: in order, on this thread
-    render_json(report, [&out](std::string_view piece) { out.write(piece); });
+    render_json(
+        report, [&out](std::string_view piece) { out.write(piece); }, threads);
     out.commit();
     return;
   }
@@ -637,8 +639,9 @@ void write_json_file(const Report& report, const std::string& path) {
   {
     detail::BackgroundAppender writer(out.fd(), 0, path,
                                       {std::size_t{1} << 20, 8, 0, "the report"});
-    render_json(report,
-                [&writer](std::string_view piece) { writer.append(piece.data(), piece.size()); });
+    render_json(
+        report, [&writer](std::string_view piece) { writer.append(piece.data(), piece.size()); },
+        threads);
     writer.finish();
   }
   out.commit();

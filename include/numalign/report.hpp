@@ -108,12 +108,14 @@ std::string divergence_text(const FirstDivergence& d);
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);
 // render_json's text handed to `sink` in pieces as it is produced (the tensors' objects in
-// blocks of 1,024, formatted on all cores): a million tensors make hundreds of megabytes of
-// JSON, never held whole.
-void render_json(const Report& report, const std::function<void(std::string_view)>& sink);
+// blocks of 1,024, formatted on `threads` threads, all cores when <= 0): a million tensors
+// make hundreds of megabytes of JSON, never held whole. The text is the same whatever the
+// threads.
+void render_json(const Report& report, const std::function<void(std::string_view)>& sink,
+                 int threads = 0);
 // render_json's text written to `path` as it is produced, atomically (as the CLI's -o: a
 // temporary file renamed into place once complete; "-" is stdout).
-void write_json_file(const Report& report, const std::string& path);
+void write_json_file(const Report& report, const std::string& path, int threads = 0);
 std::string render_junit(const Report& report);
 // Several reports as one JUnit document, one <testsuite> each, named (e.g. by the test that
 // judged it: the pytest plugin's session report, by pytest node id), and each test case (a

@@ -420,6 +420,12 @@ TEST(ReportTest, JsonStreamedInPiecesIsTheSameDocument) {
   });
   EXPECT_EQ(joined, whole);
   EXPECT_GT(pieces, 3u) << whole.size() << " bytes in one piece";
+  for (const int threads : {1, 3}) {  // blocks formatted on one thread or several: one text
+    std::string again;
+    render_json(
+        r, [&](std::string_view piece) { again += piece; }, threads);
+    EXPECT_EQ(again, whole) << threads << " thread(s)";
+  }
   EXPECT_LT(largest, std::size_t{2} << 20);
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
@@ -435,11 +441,13 @@ TEST(ReportTest, JsonStreamedInPiecesIsTheSameDocument) {
   }
 
   testing::TempDir dir;
-  write_json_file(r, dir.file("report.json"));
-  std::ifstream in(dir.file("report.json"), std::ios::binary);
-  std::stringstream read;
-  read << in.rdbuf();
-  EXPECT_EQ(read.str(), whole);
+  for (const int threads : {0, 1}) {
+    write_json_file(r, dir.file("report.json"), threads);
+    std::ifstream in(dir.file("report.json"), std::ios::binary);
+    std::stringstream read;
+    read << in.rdbuf();
+    EXPECT_EQ(read.str(), whole) << threads << " thread(s)";
+  }
 }
 
 // Indices in JSON are unravel_index's, whatever the rank (short ranks are formatted without a
