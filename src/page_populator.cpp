@@ -57,25 +57,19 @@ void PagePopulator::done_reading(const std::byte* p, std::size_t bytes) const {
 
 void PagePopulator::before_reading(const std::byte* p, std::size_t bytes) const {
 #ifdef MADV_POPULATE_READ
-  if (bytes == 0 || unsupported_.load(std::memory_order_relaxed)) return;
-  for (const Region& r : regions_) {
-    if (p < r.begin || p >= r.begin + r.size) continue;
-    const auto first = static_cast<std::size_t>(p - r.begin) / kWindow;
-    const std::size_t last =
-        (std::min(static_cast<std::size_t>(p - r.begin) + bytes, r.size) - 1) / kWindow;
-    for (std::size_t w = first; w <= last; ++w) {
-      // A load first: most calls find their window taken, and need not own its cache line.
-      if (r.taken[w].load(std::memory_order_relaxed) || r.taken[w].exchange(true)) continue;
-      // Windows start a whole number of windows into a page-aligned mapping.
-      void* at = const_cast<std::byte*>(r.begin + w * kWindow);
-      const std::size_t length = std::min(kWindow, r.size - w * kWindow);
-      if (::madvise(at, length, MADV_POPULATE_READ) != 0 && errno == EINVAL) {
-        unsupported_.store(true, std::memory_order_relaxed);  // a kernel before 5.14
-        return;
-      }
+  const Region* r = bytes ? region_of(p) : nullptr;
+  if (!r) return;
+  for_each_window(*r, p, bytes, [&](std::size_t w, std::size_t) {
+    if (unsupported_.load(std::memory_order_relaxed)) return;
+    // A load first: most calls find their window taken, and need not own its cache line.
+    if (r->taken[w].load(std::memory_order_relaxed) || r->taken[w].exchange(true)) return;
+    // Windows start a whole number of windows into a page-aligned mapping.
+    void* at = const_cast<std::byte*>(r->begin + w * kWindow);
+    const std::size_t length = std::min(kWindow, r->size - w * kWindow);
+    if (::madvise(at, length, MADV_POPULATE_READ) != 0 && errno == EINVAL) {
+      unsupported_.store(true, std::memory_order_relaxed);  // a kernel before 5.14
     }
-    return;
-  }
+  });
 #else
   (void)p;
   (void)bytes;
