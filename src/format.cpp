@@ -21,10 +21,19 @@ std::string format_number(double v) {
 }
 
 std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
+  std::string s;
+  append_json_number(s, v);
+  return s;
+}
+
+void append_json_number(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
   char buf[32];
   const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
+  out.append(buf, res.ptr);
 }
 
 std::string joined(const std::vector<std::string>& items, std::string_view separator) {

@@ -13,6 +13,9 @@ namespace numalign::detail {
 std::string format_number(double v);
 // Shortest text that reads back as the same double (JSON); "null" for NaN and inf.
 std::string json_number(double v);
+// json_number's text appended to `out` (no string of its own: a JSON report of many tensors
+// writes tens of millions of numbers).
+void append_json_number(std::string& out, double v);
 // The items with `separator` between them ("a, b, c").
 std::string joined(const std::vector<std::string>& items, std::string_view separator);
 

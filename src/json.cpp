@@ -2,7 +2,6 @@
 #include "json.hpp"
 
 #include <charconv>
-#include <cmath>
 
 #include "format.hpp"
 
@@ -74,14 +73,9 @@ void append_json_string(std::string& out, std::string_view s, JsonStyle style) {
   out += '"';
 }
 
-// Numbers are formatted into the text itself: a report of a million tensors writes tens of
-// millions of them. json_number() is the same form as a string.
 JsonWriter& JsonWriter::number(double v) {
-  if (!std::isfinite(v)) return null();
   separate();
-  char buf[32];
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  out_.append(buf, res.ptr);
+  append_json_number(out_, v);
   return *this;
 }
 
