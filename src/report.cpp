@@ -80,32 +80,26 @@ const TensorResult* Report::worst() const {
 
 namespace {
 
-// Puts the result at by[p] at position p, for every p (`by` is used up).
-void move_into_order(std::vector<TensorResult>& tensors, std::vector<std::size_t>& by) {
-  // Usually the passes are already in order and only the few results that do not pass move to
-  // the front: those are set aside, the passes slide back in one sweep, and the set-aside
-  // results fill the front. Moving in cycles would jump across the results at every step.
-  const std::size_t n = by.size();
-  std::size_t front = 0;  // results that do not pass, which go first
-  while (front < n && tensors[by[front]].verdict != VerdictKind::kPass) ++front;
-  bool passes_in_place = true;
-  for (std::size_t p = front + 1; p < n && passes_in_place; ++p) {
-    passes_in_place = by[p - 1] < by[p];
+// Puts the result at by[p] at position p, where by[0, front) are the results that do not pass
+// and by[front, n) the passes in their present order (so by[p] <= p there): those that do not
+// pass are set aside, the passes slide back in one sweep, and the set-aside results fill the
+// front. Moving in cycles would jump across the results at every step.
+void slide_passes_back(std::vector<TensorResult>& tensors, const std::vector<std::size_t>& by,
+                       std::size_t front) {
+  std::vector<TensorResult> set_aside;
+  set_aside.reserve(front);
+  for (std::size_t p = 0; p < front; ++p) set_aside.push_back(std::move(tensors[by[p]]));
+  // Positions are written from the top down: a result is read before its position is written.
+  for (std::size_t p = by.size(); p-- > front;) {
+    if (by[p] != p) tensors[p] = std::move(tensors[by[p]]);
   }
-  if (passes_in_place) {
-    std::vector<TensorResult> set_aside;
-    set_aside.reserve(front);
-    for (std::size_t p = 0; p < front; ++p) set_aside.push_back(std::move(tensors[by[p]]));
-    // by[p] <= p here, and positions are written from the top down: a result is read before
-    // its position is written.
-    for (std::size_t p = n; p-- > front;) {
-      if (by[p] != p) tensors[p] = std::move(tensors[by[p]]);
-    }
-    std::move(set_aside.begin(), set_aside.end(), tensors.begin());
-    return;
-  }
-  // Otherwise in place, cycle by cycle: a sorted copy would touch as much new memory again.
-  for (std::size_t start = 0; start < n; ++start) {
+  std::move(set_aside.begin(), set_aside.end(), tensors.begin());
+}
+
+// Puts the result at by[p] at position p, for any permutation (`by` is used up): in place,
+// cycle by cycle, as a sorted copy would touch as much new memory again.
+void move_in_cycles(std::vector<TensorResult>& tensors, std::vector<std::size_t>& by) {
+  for (std::size_t start = 0; start < by.size(); ++start) {
     if (by[start] == start) continue;
     TensorResult held = std::move(tensors[start]);
     std::size_t at = start;
@@ -127,7 +121,7 @@ void Report::sort() {
     return k == VerdictKind::kError ? 0 : k == VerdictKind::kFail ? 1 : 2;
   };
   // The results that do not pass are few: they are sorted on keys apart from the results (a
-  // comparison then reads 24 bytes that lie together, not two 600-byte results far apart).
+  // comparison then reads 32 bytes that lie together, not two 600-byte results far apart).
   // The passes only need ordering by `order`, which judge already gives them.
   struct Key {
     int rank;
@@ -136,11 +130,11 @@ void Report::sort() {
     std::size_t at;
   };
   std::vector<Key> not_passing;
-  std::vector<std::size_t> by;  // result positions in sorted order: passes appended below
+  std::vector<std::size_t> passes;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorResult& r = tensors[i];
     if (r.verdict == VerdictKind::kPass) {
-      by.push_back(i);
+      passes.push_back(i);
     } else {
       not_passing.push_back(
           {rank(r.verdict), r.verdict == VerdictKind::kFail ? severity(r) : 0.0, r.order, i});
@@ -154,12 +148,17 @@ void Report::sort() {
   const auto pass_order = [&](std::size_t i, std::size_t j) {
     return tensors[i].order < tensors[j].order;
   };
-  if (!std::is_sorted(by.begin(), by.end(), pass_order)) {
-    std::stable_sort(by.begin(), by.end(), pass_order);
+  const bool passes_in_order = std::is_sorted(passes.begin(), passes.end(), pass_order);
+  if (!passes_in_order) std::stable_sort(passes.begin(), passes.end(), pass_order);
+  std::vector<std::size_t> by;  // result positions in sorted order
+  by.reserve(tensors.size());
+  for (const Key& k : not_passing) by.push_back(k.at);
+  by.insert(by.end(), passes.begin(), passes.end());
+  if (passes_in_order) {
+    slide_passes_back(tensors, by, not_passing.size());
+  } else {
+    move_in_cycles(tensors, by);
   }
-  by.insert(by.begin(), not_passing.size(), 0);
-  for (std::size_t k = 0; k < not_passing.size(); ++k) by[k] = not_passing[k].at;
-  move_into_order(tensors, by);
 }
 
 const char* verdict_word(VerdictKind k) {
