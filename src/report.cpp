@@ -373,12 +373,7 @@ void write_index(detail::JsonWriter& w, const Shape& shape, std::uint64_t flat) 
   w.begin_array();
   if (shape.size() > kRanks) {
     for (auto v : unravel_index(shape, flat)) w.integer(v);
-  } else if (std::find(shape.begin(), shape.end(), 0) == shape.end()) {  // else none
-    std::array<std::uint64_t, kRanks> idx{};
-    for (std::size_t i = shape.size(); i-- > 0;) {
-      idx[i] = flat % shape[i];
-      flat /= shape[i];
-    }
+  } else if (std::array<std::uint64_t, kRanks> idx; unravel_index_into(shape, flat, idx)) {
     for (std::size_t i = 0; i < shape.size(); ++i) w.integer(idx[i]);
   }
   w.end_array();

@@ -14,12 +14,17 @@ std::string format_shape(const Shape& shape) {
 
 std::vector<std::uint64_t> unravel_index(const Shape& shape, std::uint64_t flat) {
   std::vector<std::uint64_t> idx(shape.size());
+  if (!unravel_index_into(shape, flat, idx)) return {};
+  return idx;
+}
+
+bool unravel_index_into(const Shape& shape, std::uint64_t flat, std::span<std::uint64_t> out) {
   for (std::size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] == 0) return {};
-    idx[i] = flat % shape[i];
+    if (shape[i] == 0) return false;
+    out[i] = flat % shape[i];
     flat /= shape[i];
   }
-  return idx;
+  return true;
 }
 
 std::string format_index(const Shape& shape, std::uint64_t flat) {

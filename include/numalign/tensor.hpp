@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct TensorView {
 std::string format_shape(const Shape& shape);
 // Multi-dimensional index of a flat C-order position; empty for scalars and empty tensors.
 std::vector<std::uint64_t> unravel_index(const Shape& shape, std::uint64_t flat);
+// The same into out[0, shape.size()) (out must hold that many), for callers that format many
+// indices; false for an empty tensor, whose index has no entries.
+bool unravel_index_into(const Shape& shape, std::uint64_t flat, std::span<std::uint64_t> out);
 // The same as text: "(1, 2)", "(4,)"; "()" for scalars.
 std::string format_index(const Shape& shape, std::uint64_t flat);
 
