@@ -166,9 +166,9 @@ def test_the_map_check_names_what_is_wrong_with_a_broken_map(runs, mapping, tmp_
 
 def test_every_pair_the_map_makes_agrees_in_float64(runs):
     """The map is right, not just complete: every ref tensor it maps agrees with the test
-    tensor (or piece) it names to 1e-10 absolute (print_names.FLOAT64_RULE: the forward pass
-    is bit for bit HF's, the backward pass's reordered sums differ by < 3e-14 on tensors up
-    to ~80), forward and backward; the fused pieces are read where they lie."""
+    tensor (or piece) it names to 1e-10 absolute (print_names.FLOAT64_RULE: the backward
+    pass's reordered sums differ by < 3e-14 on tensors up to ~80), forward and backward;
+    the fused pieces are read where they lie."""
     test, ref = runs
     report = print_names.judge_float64(test, ref)
     assert report.aligned and report.exit_code == 0, str(report)
@@ -181,9 +181,11 @@ def test_every_pair_the_map_makes_agrees_in_float64(runs):
         "blocks.1.mlp.gate_up.grad_out[:, :, 128:256]"
     assert source["grad.param.model.layers.1.self_attn.v_proj.weight"] == \
         "grad.param.blocks.1.attention.qkv.weight[96:128]"
-    # the forward pass is HF's bit for bit; only backward tensors differ at all
+    # The backward pass's reordered sums differ. The forward pass is HF's bit for bit where
+    # the BLAS computes a fused projection's thirds as it computes three projections (MKL on
+    # an Intel Xeon), not everywhere (MKL on an AMD EPYC: up to 2.8e-16 on q_proj.out).
     differing = [t["name"] for t in report.tensors if t["max_abs_ref"]]
-    assert differing and all(_backward(n) for n in differing), differing
+    assert any(_backward(n) for n in differing), differing
     assert max(t["max_abs_ref"] for t in report.tensors) < 1e-12
 
 
