@@ -75,9 +75,9 @@ void MagnitudeProfile::add(const MagnitudeProfile& o) {
     return;
   }
   for (int b = 0; b < kMagnitudeBins; ++b) {
-    count[b] += o.count[b];
-    sq_err_test[b] += o.sq_err_test[b];
-    sq_err_ref[b] += o.sq_err_ref[b];
+    bins[b].count += o.bins[b].count;
+    bins[b].sq_err_test += o.bins[b].sq_err_test;
+    bins[b].sq_err_ref += o.bins[b].sq_err_ref;
   }
 }
 
@@ -85,19 +85,16 @@ namespace detail {
 
 void add_magnitude_profile(const double* t, const double* r, const double* u, std::size_t n,
                            MagnitudeProfile& profile) {
-  if (profile.empty()) {
-    profile.count.assign(kMagnitudeBins, 0);
-    profile.sq_err_test.assign(kMagnitudeBins, 0.0);
-    profile.sq_err_ref.assign(kMagnitudeBins, 0.0);
-  }
+  if (profile.empty()) profile.bins.assign(kMagnitudeBins, MagnitudeBin());
   for (std::size_t i = 0; i < n; ++i) {
     const double e = t[i] - u[i], er = r[i] - u[i];
     if (!std::isfinite(e) || !std::isfinite(er)) continue;
     const int b =
         u[i] == 0 ? 0 : std::clamp(std::ilogb(u[i]) + kMagnitudeBias, 0, kMagnitudeBins - 1);
-    ++profile.count[b];
-    profile.sq_err_test[b] += e * e;
-    profile.sq_err_ref[b] += er * er;
+    MagnitudeBin& bin = profile.bins[b];
+    ++bin.count;
+    bin.sq_err_test += e * e;
+    bin.sq_err_ref += er * er;
   }
 }
 

@@ -382,11 +382,11 @@ std::string magnitude_chart(const Report& report) {
   int first = -1, last = -1;
   double lo = INFINITY, hi = 0;
   for (int b = 0; b < kMagnitudeBins; ++b) {
-    if (!all.count[b]) continue;
+    if (!all.bins[b].count) continue;
     if (first < 0) first = b;
     last = b;
-    for (double sq : {all.sq_err_test[b], all.sq_err_ref[b]}) {
-      const double rmse = std::sqrt(sq / static_cast<double>(all.count[b]));
+    for (double sq : {all.bins[b].sq_err_test, all.bins[b].sq_err_ref}) {
+      const double rmse = std::sqrt(sq / static_cast<double>(all.bins[b].count));
       if (rmse > 0) lo = std::min(lo, rmse), hi = std::max(hi, rmse);
     }
   }
@@ -407,16 +407,16 @@ std::string magnitude_chart(const Report& report) {
       s += "<text class=\"tick\" x=\"" + num(x) + "\" y=\"" + num(kHeight - kBottom + 14) +
            "\" text-anchor=\"middle\">2^" + std::to_string(b - kMagnitudeBias) + "</text>";
     }
-    if (!all.count[b]) continue;
-    const double n = static_cast<double>(all.count[b]);
-    for (auto [sq, line, cls] : {std::tuple{all.sq_err_test[b], &test_line, "test"},
-                                 std::tuple{all.sq_err_ref[b], &ref_line, "ref"}}) {
+    if (!all.bins[b].count) continue;
+    const double n = static_cast<double>(all.bins[b].count);
+    for (auto [sq, line, cls] : {std::tuple{all.bins[b].sq_err_test, &test_line, "test"},
+                                 std::tuple{all.bins[b].sq_err_ref, &ref_line, "ref"}}) {
       const double rmse = std::sqrt(sq / n);
       const double py = rmse > 0 ? y.at(rmse) : y.p0;
       *line += num(x) + "," + num(py) + " ";
       s += "<circle class=\"" + std::string(cls) + "\" cx=\"" + num(x) + "\" cy=\"" + num(py) +
            "\" r=\"3\"><title>" + cls + ": RMSE " + format_number(rmse) + " over " +
-           std::to_string(all.count[b]) + " elements with |truth| in [2^" +
+           std::to_string(all.bins[b].count) + " elements with |truth| in [2^" +
            std::to_string(b - kMagnitudeBias) + ", 2^" + std::to_string(b - kMagnitudeBias + 1) +
            ")</title></circle>\n";
     }

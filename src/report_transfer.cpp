@@ -18,7 +18,7 @@ static_assert(std::endian::native == std::endian::little,
               "the report encoding copies integers in the machine's byte order");
 
 // A field added to these structs must be added to the encoding too: these sizes trip first.
-static_assert(sizeof(Metrics) == 320 && sizeof(TensorResult) == 592,
+static_assert(sizeof(Metrics) == 272 && sizeof(TensorResult) == 536,
               "Metrics or TensorResult changed: update encode_report/decode_report");
 
 constexpr std::string_view kMagic = "numalign-report/" NUMALIGN_VERSION "\n";
@@ -114,8 +114,8 @@ NonFinite get_counts(Reader& r) {
   return n;
 }
 
-template <class T>
-void put_list(Writer& w, const std::vector<T>& v) {
+template <class List>
+void put_list(Writer& w, const List& v) {
   w.put<std::uint64_t>(v.size());
   for (const auto& x : v) w.put(x);
 }
@@ -144,9 +144,14 @@ void put_metrics(Writer& w, const Metrics& m) {
   w.put(m.ulp.max_index);
   for (int b = 0; b < kUlpBins; ++b) w.put(m.ulp.hist[b]);
   for (const auto* n : {&m.test_nonfinite, &m.ref_nonfinite, &m.truth_nonfinite}) put_counts(w, *n);
-  put_list(w, m.magnitude.count);
-  put_list(w, m.magnitude.sq_err_test);
-  put_list(w, m.magnitude.sq_err_ref);
+  // As three lists (counts, then each sum), as before bins were one vector.
+  const auto& bins = m.magnitude.bins;
+  w.put<std::uint64_t>(bins.size());
+  for (const auto& b : bins) w.put(b.count);
+  w.put<std::uint64_t>(bins.size());
+  for (const auto& b : bins) w.put(b.sq_err_test);
+  w.put<std::uint64_t>(bins.size());
+  for (const auto& b : bins) w.put(b.sq_err_ref);
 }
 
 Metrics get_metrics(Reader& r) {
@@ -171,14 +176,16 @@ Metrics get_metrics(Reader& r) {
   m.ulp.max_index = r.get<std::uint64_t>();
   for (int b = 0; b < kUlpBins; ++b) m.ulp.hist.set(b, r.get<std::uint64_t>());
   for (auto* n : {&m.test_nonfinite, &m.ref_nonfinite, &m.truth_nonfinite}) *n = get_counts(r);
-  m.magnitude.count = get_list<std::uint64_t>(r);
-  m.magnitude.sq_err_test = get_list<double>(r);
-  m.magnitude.sq_err_ref = get_list<double>(r);
-  const std::size_t bins = m.magnitude.count.size();
+  const auto counts = get_list<std::uint64_t>(r);
+  const auto sq_err_test = get_list<double>(r);
+  const auto sq_err_ref = get_list<double>(r);
+  const std::size_t bins = counts.size();
   if ((bins != 0 && bins != static_cast<std::size_t>(kMagnitudeBins)) ||
-      m.magnitude.sq_err_test.size() != bins || m.magnitude.sq_err_ref.size() != bins) {
+      sq_err_test.size() != bins || sq_err_ref.size() != bins) {
     r.bad("a magnitude profile of " + std::to_string(bins) + " bins");
   }
+  for (std::size_t b = 0; b < bins; ++b)
+    m.magnitude.bins.push_back({counts[b], sq_err_test[b], sq_err_ref[b]});
   return m;
 }
 
@@ -233,7 +240,8 @@ TensorResult get_result(Reader& r) {
     if (d >= kDTypeCount) r.bad("dtype " + std::to_string(d));
     t.dtype = static_cast<DType>(d);
   }
-  t.shape = get_list<std::uint64_t>(r);
+  const auto dims = get_list<std::uint64_t>(r);
+  t.shape = Shape(dims.begin(), dims.end());
   if (r.flag()) t.metrics = get_metrics(r);
   t.ratio = r.optional_number();
   t.limit = r.optional_number();

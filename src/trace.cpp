@@ -276,9 +276,9 @@ void parse_entries(const simdjson::dom::object& root, std::uint32_t file, const 
     }
     simdjson::dom::array shape_arr, offsets_arr;
     if (shape_el.get(shape_arr)) fail(label, tensor_named(key) + ": shape is not an array");
-    Shape shape;
-    shape.reserve(shape_arr.size());
-    for (auto d : shape_arr) shape.push_back(read_u64(d, key, label, "shape"));
+    Shape shape(shape_arr.size(), 0);
+    std::size_t dim = 0;
+    for (auto d : shape_arr) shape[dim++] = read_u64(d, key, label, "shape");
     if (offsets_el.get(offsets_arr) || offsets_arr.size() != 2) {
       fail(label, tensor_named(key) + ": data_offsets must be [begin, end]");
     }

@@ -61,11 +61,17 @@ struct UlpStats {
 // are left out. The sums are plain float64 sums in element order (a chart's numbers).
 inline constexpr int kMagnitudeBins = 64;
 inline constexpr int kMagnitudeBias = 32;
+struct MagnitudeBin {
+  std::uint64_t count = 0;
+  double sq_err_test = 0;  // sum of (test - truth)^2
+  double sq_err_ref = 0;   // sum of (ref - truth)^2
+  bool operator==(const MagnitudeBin&) const = default;
+};
 struct MagnitudeProfile {
-  std::vector<std::uint64_t> count;  // kMagnitudeBins entries, or none
-  std::vector<double> sq_err_test;   // sum of (test - truth)^2 per bin
-  std::vector<double> sq_err_ref;    // sum of (ref - truth)^2 per bin
-  bool empty() const { return count.empty(); }
+  // kMagnitudeBins bins, or none (one vector, not one per sum: every result holds a profile,
+  // most of them empty).
+  std::vector<MagnitudeBin> bins;
+  bool empty() const { return bins.empty(); }
   void add(const MagnitudeProfile& other);
 };
 

@@ -18,16 +18,17 @@ struct TensorResult {
   // Provided, so that a vector of results is not zeroed first (a result holds a whole
   // Metrics: a report of many tensors would clear megabytes only to write them again).
   TensorResult() {}
+  // (The small members side by side: a report holds a result per tensor.)
   std::string name;
   VerdictKind verdict = VerdictKind::kPass;
+  std::optional<DType> dtype;  // test dtype (ref's when test is missing)
+  bool bias_failed = false;
   std::string rule;             // spec of the rule applied ("" when none could apply)
   std::string reason;           // why it failed / could not be judged / passed
   std::string override_reason;  // the written reason of the override that chose the rule
-  std::optional<DType> dtype;   // test dtype (ref's when test is missing)
   Shape shape;
   std::optional<Metrics> metrics;
   std::optional<double> ratio, limit;
-  bool bias_failed = false;
   std::size_t order = 0;  // position in the reference trace
   // The reference trace's tags of this tensor (module, kind, ...; "rank" once merged).
   std::map<std::string, std::string> tags;

@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "numalign/dtype.hpp"
+#include "numalign/shape.hpp"
 
 namespace numalign {
-
-using Shape = std::vector<std::uint64_t>;
 
 // Where the elements of a view that is not one contiguous run of bytes lie: parts side by
 // side along `dim` (the pieces of a fused tensor, the shards of tensor-parallel ranks), each

@@ -162,7 +162,12 @@ NB_MODULE(_core, m) {
       },
       "suites"_a);
   // "(3, 5)": the index of a flat position, as every report writes it.
-  m.def("format_index", &format_index, "shape"_a, "flat"_a);
+  m.def(
+      "format_index",
+      [](const std::vector<std::uint64_t>& shape, std::uint64_t flat) {
+        return format_index(Shape(shape), flat);
+      },
+      "shape"_a, "flat"_a);
 
   m.def(
       "merge_reports",

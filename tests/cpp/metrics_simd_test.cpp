@@ -375,14 +375,14 @@ TEST(MetricsSimdTest, MagnitudeProfileAgreesWithScalarAndBinsByExponent) {
       detail::choose_simd_target(target);
       const Metrics a = compute_metrics({&in, 1}, opt, 2)[0];
       const Metrics b = compute_metrics({&in, 1}, scalar_opt, 1)[0];
-      ASSERT_EQ(a.magnitude.count.size(), std::size_t{kMagnitudeBins}) << target;
-      EXPECT_EQ(a.magnitude.count, b.magnitude.count) << target;
+      ASSERT_EQ(a.magnitude.bins.size(), std::size_t{kMagnitudeBins}) << target;
       for (int k = 0; k < kMagnitudeBins; ++k) {
-        EXPECT_NEAR(a.magnitude.sq_err_test[k], b.magnitude.sq_err_test[k],
-                    1e-12 * b.magnitude.sq_err_test[k])
+        EXPECT_EQ(a.magnitude.bins[k].count, b.magnitude.bins[k].count) << target << " bin " << k;
+        EXPECT_NEAR(a.magnitude.bins[k].sq_err_test, b.magnitude.bins[k].sq_err_test,
+                    1e-12 * b.magnitude.bins[k].sq_err_test)
             << target << " bin " << k;
-        EXPECT_NEAR(a.magnitude.sq_err_ref[k], b.magnitude.sq_err_ref[k],
-                    1e-12 * b.magnitude.sq_err_ref[k])
+        EXPECT_NEAR(a.magnitude.bins[k].sq_err_ref, b.magnitude.bins[k].sq_err_ref,
+                    1e-12 * b.magnitude.bins[k].sq_err_ref)
             << target << " bin " << k;
       }
       const Metrics none = compute_metrics({&in, 1}, MetricOptions{.tol = 1e-2}, 2)[0];
@@ -397,13 +397,13 @@ TEST(MetricsSimdTest, MagnitudeProfileAgreesWithScalarAndBinsByExponent) {
   const double uu[] = {0.0, 1e-30, 3.0, 0x1p40, 1.0};
   MagnitudeProfile p;
   detail::add_magnitude_profile(t, r, uu, 5, p);
-  EXPECT_EQ(p.count[0], 2u);
-  EXPECT_EQ(p.count[1 + kMagnitudeBias], 1u);
-  EXPECT_EQ(p.count[kMagnitudeBins - 1], 1u);
-  EXPECT_EQ(p.sq_err_test[1 + kMagnitudeBias], 0.25);
-  EXPECT_EQ(p.sq_err_test[0], 0.25 + 1.0);
+  EXPECT_EQ(p.bins[0].count, 2u);
+  EXPECT_EQ(p.bins[1 + kMagnitudeBias].count, 1u);
+  EXPECT_EQ(p.bins[kMagnitudeBins - 1].count, 1u);
+  EXPECT_EQ(p.bins[1 + kMagnitudeBias].sq_err_test, 0.25);
+  EXPECT_EQ(p.bins[0].sq_err_test, 0.25 + 1.0);
   std::uint64_t total = 0;
-  for (auto n : p.count) total += n;
+  for (const auto& bin : p.bins) total += bin.count;
   EXPECT_EQ(total, 4u);
 }
 

@@ -115,10 +115,13 @@ TEST_F(HtmlReportTest, ManyTensorsKeepOnlyTheSumOfTheirMagnitudeProfiles) {
   MagnitudeProfile all;
   for (const auto& x : each.tensors) all.add(x.metrics->magnitude);
   ASSERT_FALSE(summed.magnitude.empty());
-  EXPECT_EQ(summed.magnitude.count, all.count);
+  for (int b = 0; b < kMagnitudeBins; ++b)
+    EXPECT_EQ(summed.magnitude.bins[b].count, all.bins[b].count) << b;
   for (int b = 0; b < kMagnitudeBins; ++b) {
-    EXPECT_NEAR(summed.magnitude.sq_err_test[b], all.sq_err_test[b], 1e-12 * all.sq_err_test[b]);
-    EXPECT_NEAR(summed.magnitude.sq_err_ref[b], all.sq_err_ref[b], 1e-12 * all.sq_err_ref[b]);
+    EXPECT_NEAR(summed.magnitude.bins[b].sq_err_test, all.bins[b].sq_err_test,
+                1e-12 * all.bins[b].sq_err_test);
+    EXPECT_NEAR(summed.magnitude.bins[b].sq_err_ref, all.bins[b].sq_err_ref,
+                1e-12 * all.bins[b].sq_err_ref);
   }
   for (const auto& x : summed.tensors) EXPECT_TRUE(x.metrics->magnitude.empty());
   EXPECT_EQ(render_html(summed).find("Not measured"), std::string::npos);
@@ -135,10 +138,10 @@ TEST_F(HtmlReportTest, MagnitudeProfileCountsEveryElementOnce) {
   for (const auto& t : r.tensors) {
     ASSERT_TRUE(t.metrics);
     std::uint64_t n = 0;
-    for (auto c : t.metrics->magnitude.count) n += c;
+    for (const auto& bin : t.metrics->magnitude.bins) n += bin.count;
     EXPECT_EQ(n, 64u) << t.name;
     // Bin of |truth| in [1, 2): 8 elements, test error 0.1 u on the bad tensor.
-    EXPECT_EQ(t.metrics->magnitude.count[kMagnitudeBias], 8u);
+    EXPECT_EQ(t.metrics->magnitude.bins[kMagnitudeBias].count, 8u);
   }
 }
 
@@ -391,9 +394,7 @@ TEST(HtmlReportScaleTest, MagnitudeLabelsNeverOverlap) {
   t.ratio = 1.0;
   t.limit = 3.0;
   Metrics m;
-  m.magnitude.count.assign(kMagnitudeBins, 1);
-  m.magnitude.sq_err_test.assign(kMagnitudeBins, 1e-6);
-  m.magnitude.sq_err_ref.assign(kMagnitudeBins, 1e-6);
+  m.magnitude.bins.assign(kMagnitudeBins, MagnitudeBin{1, 1e-6, 1e-6});
   t.metrics = m;
   r.tensors.push_back(t);
   const std::string html = render_html(r);

@@ -91,7 +91,7 @@ TEST_F(ReportTransferTest, FieldsTheRenderingsRoundOffAreKeptExactly) {
   EXPECT_EQ(*b.limit, -std::numeric_limits<double>::infinity());
   EXPECT_EQ(b.metrics->cosine, std::nextafter(1.0, 0.0));
   EXPECT_EQ(b.metrics->not_close, 12345678901234ull);
-  EXPECT_EQ(b.metrics->magnitude.count, t.metrics->magnitude.count);
+  EXPECT_EQ(b.metrics->magnitude.bins, t.metrics->magnitude.bins);
   EXPECT_EQ(b.metrics->ulp.hist, t.metrics->ulp.hist);
 }
 
