@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <semaphore>
 #include <thread>
 #include <unordered_set>
@@ -23,6 +24,13 @@
 #include "page_populator.hpp"
 
 namespace numalign {
+
+namespace detail {
+struct TraceIndex {
+  std::once_flag built;  // names holds every entry's name (after opening: set by find())
+  NameIndex names;
+};
+}  // namespace detail
 
 namespace fs = std::filesystem;
 
@@ -457,19 +465,20 @@ void Trace::add_file(std::span<const std::byte> bytes, const std::string& label,
     refuse_negative_zeros(frame.header, label);
     if (mapped) detail::release_pages(frame.header.data(), frame.header.size());
   }
-  if (!index_) index_ = std::make_shared<detail::NameIndex>();
-  index_names(*index_, entries_, first, file_paths_, label);
+  if (!index_) index_ = std::make_shared<detail::TraceIndex>();
+  index_names(index_->names, entries_, first, file_paths_, label);
   const std::vector<std::uint32_t> by_offset = order_by_offset(extents);
   place_data(frame, std::span(entries_).subspan(first), extents, by_offset, label);
   // The first file's metadata is the trace's.
   if (first == 0 && raw_metadata_.empty()) adopt_metadata(std::move(file_metadata), label);
-  put_in_file_order(entries_, first, by_offset, *index_);
+  put_in_file_order(entries_, first, by_offset, index_->names);
 }
 
 Trace Trace::parse(std::span<const std::byte> bytes, const std::string& label) {
   Trace t;
   t.path_ = label;
   t.add_file(bytes, label, false);
+  t.drop_index();
   return t;
 }
 
@@ -481,8 +490,9 @@ Trace Trace::from_tensors(std::vector<NamedTensor> tensors,
   const std::string where = label.empty() ? "tensors" : label;
   t.entries_.reserve(tensors.size());
   for (auto& [name, view] : tensors) t.entries_.push_back({std::move(name), std::move(view), 0});
-  t.index_ = std::make_shared<detail::NameIndex>();
-  index_names(*t.index_, t.entries_, 0, t.file_paths_, where, "among the tensors");
+  t.index_ = std::make_shared<detail::TraceIndex>();
+  index_names(t.index_->names, t.entries_, 0, t.file_paths_, where, "among the tensors");
+  t.drop_index();
   t.adopt_metadata(std::move(raw_metadata), where);
   return t;
 }
@@ -575,13 +585,21 @@ Trace Trace::open(const std::string& path) {
     t.files_.push_back(mapped);
     t.add_file(mapped->bytes(), f, true);
   }
+  t.drop_index();
   return t;
 }
 
+void Trace::drop_index() { index_ = std::make_shared<detail::TraceIndex>(); }
+
 const TraceEntry* Trace::find(const std::string& name) const {
   if (!index_) return nullptr;
-  const auto at =
-      index_->find(name, [&](std::uint32_t i) -> std::string_view { return entries_[i].name; });
+  const auto name_of = [&](std::uint32_t i) -> std::string_view { return entries_[i].name; };
+  std::call_once(index_->built, [&] {
+    index_->names.reserve(entries_.size(), name_of);
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+      index_->names.insert(static_cast<std::uint32_t>(i), name_of);
+  });
+  const auto at = index_->names.find(name, name_of);
   return at ? &entries_[*at] : nullptr;
 }
 

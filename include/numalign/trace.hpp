@@ -66,7 +66,7 @@ struct TraceEntry {
 
 class MappedFile;
 namespace detail {
-class NameIndex;
+struct TraceIndex;
 }
 
 // One run: a safetensors file, a directory of shards, or a `*.safetensors.index.json`.
@@ -107,7 +107,12 @@ class Trace {
   std::vector<std::shared_ptr<MappedFile>> files_;
   std::vector<std::string> file_paths_;
   std::vector<TraceEntry> entries_;
-  std::shared_ptr<detail::NameIndex> index_;  // never changed once the trace is built
+  // Names -> entries, built on the first find(): opening one to refuse a name given twice,
+  // then dropping it, since traces recorded alike are paired by position and never look a
+  // name up (a million names make a 16 MB table per trace).
+  std::shared_ptr<detail::TraceIndex> index_;
+  // Drops the index built while opening; find() builds it again when first asked.
+  void drop_index();
   std::map<std::string, std::string> raw_metadata_;
   std::optional<TraceMetadata> metadata_;
 };

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "numalign/error.hpp"
 #include "temp_dir.hpp"
@@ -160,6 +161,47 @@ TEST(TraceReadTest, EntriesInDataOrderAndFoundByNameWhateverTheHeaderOrder) {
   } catch (const Error& e) {
     EXPECT_EQ(e.problem(),
               "tensor \"tensor.17\" appears twice in the header (names must be unique)");
+  }
+}
+
+// The index of names is built by the first find(), not kept from opening: threads that look
+// names up at once all find them, and a copy of the trace finds its own entries.
+TEST(TraceReadTest, NamesAreFoundFromManyThreadsAndInCopies) {
+  constexpr int kTensors = 2000;
+  std::string header = "{";
+  for (int i = kTensors - 1; i >= 0; --i) {  // listed against data order: the entries move
+    header += (header.size() > 1 ? "," : "") + ("\"t" + std::to_string(i) + "\"") +
+              ":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[" + std::to_string(4 * i) + "," +
+              std::to_string(4 * i + 4) + "]}";
+  }
+  header += "}";
+  std::string data(4 * kTensors, '\0');
+  for (int i = 0; i < kTensors; ++i) std::memcpy(&data[4 * i], &i, 4);
+  const auto bytes = bytes_of(file_image(header, data));
+  const Trace t = Trace::parse(bytes, "names.safetensors");
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int j = 0; j < kTensors; ++j) {
+        const int i = (j * 7 + k * 500) % kTensors;
+        const TraceEntry* e = t.find("t" + std::to_string(i));
+        int v = -1;
+        if (e) std::memcpy(&v, e->view.data, 4);
+        wrong[k] += v != i;
+      }
+      wrong[k] += t.find("t" + std::to_string(kTensors)) != nullptr;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
+  const Trace copy = t;
+  for (int i : {0, 1, 999, kTensors - 1}) {
+    const TraceEntry* e = copy.find("t" + std::to_string(i));
+    ASSERT_NE(e, nullptr);
+    EXPECT_GE(e, copy.entries().data());
+    EXPECT_LT(e, copy.entries().data() + copy.entries().size()) << "an entry of the copy";
+    EXPECT_EQ(e->name, "t" + std::to_string(i));
   }
 }
 
