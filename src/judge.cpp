@@ -412,8 +412,15 @@ std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, cons
     }
   };
   if (ref.metadata()) {
-    for (const auto& n : ref.metadata()->order) {
-      if (const TraceEntry* e = ref.find(n)) place(e);
+    // Usually the file lists the tensors in the order they ran: the entry at the same
+    // position is tried before the name is looked up.
+    const std::vector<std::string>& order = ref.metadata()->order;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      if (k < ref_entries.size() && ref_entries[k].name == order[k]) {
+        place(&ref_entries[k]);
+      } else if (const TraceEntry* e = ref.find(order[k])) {
+        place(e);
+      }
     }
   }
   for (const auto& e : ref_entries) place(&e);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -27,7 +28,10 @@ namespace numalign {
 
 namespace detail {
 struct TraceIndex {
-  std::once_flag built;  // names holds every entry's name (after opening: set by find())
+  // Set once names holds every entry's name (after opening: by the first find()). A build
+  // that throws (out of memory) leaves it unset for the next find() to try again.
+  std::atomic<bool> built{false};
+  std::mutex building;
   NameIndex names;
 };
 }  // namespace detail
@@ -230,6 +234,16 @@ simdjson::dom::object parse_header(const Frame& frame, simdjson::dom::parser& pa
 // [begin, end) of an entry's data, as its header states them.
 using Extent = std::pair<std::uint64_t, std::uint64_t>;
 
+// The number of elements of a shape array. The DOM's size() stops counting at 0xFFFFFF (it
+// means "that many or more"): past it, a hostile header's dimensions are counted one by one.
+std::size_t rank_of(const simdjson::dom::array& shape) {
+  constexpr std::size_t kSaturated = 0xFFFFFF;
+  if (shape.size() < kSaturated) return shape.size();
+  std::size_t n = 0;
+  for ([[maybe_unused]] auto d : shape) ++n;
+  return n;
+}
+
 // Reads the header's entries, appending them to `entries` (data pointers still null) and
 // their extents to `extents`, in header order; __metadata__ goes to `metadata`.
 void parse_entries(const simdjson::dom::object& root, std::uint32_t file, const std::string& label,
@@ -284,7 +298,7 @@ void parse_entries(const simdjson::dom::object& root, std::uint32_t file, const 
     }
     simdjson::dom::array shape_arr, offsets_arr;
     if (shape_el.get(shape_arr)) fail(label, tensor_named(key) + ": shape is not an array");
-    Shape shape(shape_arr.size(), 0);
+    Shape shape(rank_of(shape_arr), 0);
     std::size_t dim = 0;
     for (auto d : shape_arr) shape[dim++] = read_u64(d, key, label, "shape");
     if (offsets_el.get(offsets_arr) || offsets_arr.size() != 2) {
@@ -594,11 +608,17 @@ void Trace::drop_index() { index_ = std::make_shared<detail::TraceIndex>(); }
 const TraceEntry* Trace::find(const std::string& name) const {
   if (!index_) return nullptr;
   const auto name_of = [&](std::uint32_t i) -> std::string_view { return entries_[i].name; };
-  std::call_once(index_->built, [&] {
-    index_->names.reserve(entries_.size(), name_of);
-    for (std::size_t i = 0; i < entries_.size(); ++i)
-      index_->names.insert(static_cast<std::uint32_t>(i), name_of);
-  });
+  if (!index_->built.load(std::memory_order_acquire)) {
+    const std::lock_guard lock(index_->building);
+    if (!index_->built.load(std::memory_order_relaxed)) {
+      detail::NameIndex names;
+      names.reserve(entries_.size(), name_of);
+      for (std::size_t i = 0; i < entries_.size(); ++i)
+        names.insert(static_cast<std::uint32_t>(i), name_of);
+      index_->names = std::move(names);
+      index_->built.store(true, std::memory_order_release);
+    }
+  }
   const auto at = index_->names.find(name, name_of);
   return at ? &entries_[*at] : nullptr;
 }

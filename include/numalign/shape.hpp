@@ -14,7 +14,9 @@ namespace numalign {
 // A vector of dimensions that needs no allocation up to rank 3 (a bias, a weight, an
 // activation [batch, sequence, hidden]). A trace entry, a pair and a result each hold one: a
 // million tensors judged made four million shapes, a heap allocation each when this was a
-// std::vector. Ranks past 3 live on the heap, exactly as many as there are.
+// std::vector. Ranks past 3 live on the heap, which push_back grows by doubling. Unlike a
+// std::vector, moving a shape of rank 3 or less moves its dimensions: no pointer into them
+// survives the move.
 class Shape {
  public:
   using value_type = std::uint64_t;
@@ -76,11 +78,8 @@ class Shape {
       inline_[size_++] = dim;
       return;
     }
-    Shape grown;
-    grown.allocate(size_ + 1);
-    std::copy(begin(), end(), grown.begin());
-    grown.back() = dim;
-    *this = std::move(grown);
+    if (size_ == kInline || size_ == capacity_) grow(std::size_t{size_} * 2);
+    heap_[size_++] = dim;
   }
   void clear() { *this = Shape(); }
 
@@ -92,18 +91,35 @@ class Shape {
 
  private:
   bool on_heap() const { return size_ > kInline; }
+  static void check_rank(std::size_t count) {
+    if (count > UINT32_MAX) throw std::length_error("a shape of more than 2^32 - 1 dimensions");
+  }
   // Room for `count` dimensions in a shape that holds none.
   void allocate(std::size_t count) {
-    if (count > UINT32_MAX) throw std::length_error("a shape of more than 2^32 - 1 dimensions");
-    if (count > kInline) heap_ = new std::uint64_t[count];
+    check_rank(count);
+    if (count > kInline) {
+      heap_ = new std::uint64_t[count];
+      capacity_ = static_cast<std::uint32_t>(count);
+    }
     size_ = static_cast<std::uint32_t>(count);
   }
-  // The storage of `other` (whose size this already has), leaving it empty.
+  // Moves the dimensions to a heap buffer of `capacity` (more than kInline).
+  void grow(std::size_t capacity) {
+    check_rank(capacity);
+    auto* fresh = new std::uint64_t[capacity];
+    std::copy(begin(), end(), fresh);
+    if (on_heap()) delete[] heap_;
+    heap_ = fresh;
+    capacity_ = static_cast<std::uint32_t>(capacity);
+  }
+  // The storage of `other` (whose size this already has), leaving it empty. Inline
+  // dimensions are assigned one by one, which makes inline_ the union's active member.
   void take(Shape& other) noexcept {
     if (other.on_heap()) {
       heap_ = other.heap_;
+      capacity_ = other.capacity_;
     } else {
-      std::copy(other.inline_, other.inline_ + other.size_, inline_);
+      for (std::uint32_t i = 0; i < other.size_; ++i) inline_[i] = other.inline_[i];
     }
     other.size_ = 0;
   }
@@ -113,6 +129,7 @@ class Shape {
   }
 
   std::uint32_t size_;
+  std::uint32_t capacity_ = 0;  // of the heap buffer, when on the heap
   union {
     std::uint64_t inline_[kInline];
     std::uint64_t* heap_;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -71,6 +73,23 @@ TEST(ShapeTest, CopiesMovesAndGrowsAcrossTheInlineCapacity) {
     move_assigned.push_back(4);
     expect_same(move_assigned, Dims{4});
   }
+}
+
+// Dimensions read one at a time (an input iterator: no count ahead) and a long run of
+// push_back, which grows the heap buffer by doubling.
+TEST(ShapeTest, GrowsOneDimensionAtATime) {
+  std::istringstream text("4 5 6 7 8 9 10");
+  const Shape read{std::istream_iterator<std::uint64_t>(text),
+                   std::istream_iterator<std::uint64_t>()};
+  expect_same(read, Dims{4, 5, 6, 7, 8, 9, 10});
+  Dims v;
+  Shape s;
+  for (std::uint64_t i = 0; i < 1000; ++i) {
+    v.push_back(i * 3);
+    s.push_back(i * 3);
+  }
+  expect_same(s, v);
+  expect_same(Shape(s), v);
 }
 
 TEST(ShapeTest, EqualOnlyWithTheSameDimensionsInOrder) {

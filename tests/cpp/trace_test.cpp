@@ -300,6 +300,28 @@ TEST(TraceHostileTest, PathsEqualAfterNormalisationAreOneShard) {
   EXPECT_EQ(t.entries().size(), 2u);
 }
 
+// simdjson's DOM counts an array's elements up to 0xFFFFFF, which means "that many or
+// more": a shape of more dimensions (33 MB of header, under the 100 MB limit) is read whole,
+// never written past the room made for it.
+TEST(TraceHostileTest, AShapePastWhatTheParserCountsIsReadWhole) {
+  for (const std::size_t rank :
+       {std::size_t{0xFFFFFE}, std::size_t{0xFFFFFF}, std::size_t{0x1000001}}) {
+    std::string shape;
+    shape.reserve(2 * rank + 2);
+    shape += '[';
+    for (std::size_t i = 0; i < rank; ++i) shape += i ? ",1" : "1";
+    shape += ']';
+    const auto bytes = bytes_of(file_image(
+        R"({"x":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,4]}})", "abcd"));
+    const Trace t = Trace::parse(bytes, "rank.safetensors");
+    ASSERT_EQ(t.entries().size(), 1u);
+    const Shape& s = t.entries()[0].view.shape;
+    EXPECT_EQ(s.size(), rank);
+    EXPECT_EQ(std::count(s.begin(), s.end(), 1u), static_cast<std::ptrdiff_t>(rank));
+    EXPECT_EQ(t.entries()[0].view.numel(), 1u);
+  }
+}
+
 TEST(TraceHostileTest, OnlyRegularFilesAreRead) {
   TempDir dir;
   const std::string fifo = dir.file("f.safetensors");
