@@ -413,25 +413,20 @@ std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, cons
       ordered.push_back(e);
     }
   };
+  // Runs recorded alike list their tensors in the same order, and a file usually lists them
+  // in the order they ran: the entry at the expected position is tried first, and the name
+  // looked up only when it is another tensor.
+  const auto namesake = [](const Trace& in, const std::string& name, std::size_t at) {
+    const std::vector<TraceEntry>& e = in.entries();
+    return at < e.size() && e[at].name == name ? &e[at] : in.find(name);
+  };
   if (ref.metadata()) {
-    // Usually the file lists the tensors in the order they ran: the entry at the same
-    // position is tried before the name is looked up.
     const std::vector<std::string>& order = ref.metadata()->order;
     for (std::size_t k = 0; k < order.size(); ++k) {
-      if (k < ref_entries.size() && ref_entries[k].name == order[k]) {
-        place(&ref_entries[k]);
-      } else if (const TraceEntry* e = ref.find(order[k])) {
-        place(e);
-      }
+      if (const TraceEntry* e = namesake(ref, order[k], k)) place(e);
     }
   }
   for (const auto& e : ref_entries) place(&e);
-  // Runs recorded alike list their tensors in the same order: the entry at ref's position is
-  // tried first, and the name looked up only when it is another tensor.
-  const auto namesake = [](const Trace& in, const TraceEntry& r, std::size_t at) {
-    const std::vector<TraceEntry>& e = in.entries();
-    return at < e.size() && e[at].name == r.name ? &e[at] : in.find(r.name);
-  };
   std::vector<TensorTriple> triples;
   triples.reserve(ordered.size());
   std::size_t test_found = 0;  // test's tensors paired with one of ref's
@@ -439,8 +434,8 @@ std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, cons
     const std::string& n = r->name;
     if (!selected_by(only, n)) continue;
     const auto at = static_cast<std::size_t>(r - ref_entries.data());
-    const TraceEntry* t = namesake(test, *r, at);
-    const TraceEntry* u = truth ? namesake(*truth, *r, at) : nullptr;
+    const TraceEntry* t = namesake(test, n, at);
+    const TraceEntry* u = truth ? namesake(*truth, n, at) : nullptr;
     test_found += t != nullptr;
     triples.push_back({n, t ? &t->view : nullptr, &r->view, u ? &u->view : nullptr});
   }

@@ -120,6 +120,13 @@ void put_list(Writer& w, const List& v) {
   for (const auto& x : v) w.put(x);
 }
 
+// One member of each element, as put_list writes a list of them.
+template <class T, class M>
+void put_member_list(Writer& w, const std::vector<T>& v, M T::*member) {
+  w.put<std::uint64_t>(v.size());
+  for (const auto& x : v) w.put(x.*member);
+}
+
 template <class T>
 std::vector<T> get_list(Reader& r) {
   std::vector<T> v(r.count(sizeof(T)));
@@ -145,13 +152,9 @@ void put_metrics(Writer& w, const Metrics& m) {
   for (int b = 0; b < kUlpBins; ++b) w.put(m.ulp.hist[b]);
   for (const auto* n : {&m.test_nonfinite, &m.ref_nonfinite, &m.truth_nonfinite}) put_counts(w, *n);
   // As three lists (counts, then each sum), as before bins were one vector.
-  const auto& bins = m.magnitude.bins;
-  w.put<std::uint64_t>(bins.size());
-  for (const auto& b : bins) w.put(b.count);
-  w.put<std::uint64_t>(bins.size());
-  for (const auto& b : bins) w.put(b.sq_err_test);
-  w.put<std::uint64_t>(bins.size());
-  for (const auto& b : bins) w.put(b.sq_err_ref);
+  put_member_list(w, m.magnitude.bins, &MagnitudeBin::count);
+  put_member_list(w, m.magnitude.bins, &MagnitudeBin::sq_err_test);
+  put_member_list(w, m.magnitude.bins, &MagnitudeBin::sq_err_ref);
 }
 
 Metrics get_metrics(Reader& r) {
@@ -240,8 +243,7 @@ TensorResult get_result(Reader& r) {
     if (d >= kDTypeCount) r.bad("dtype " + std::to_string(d));
     t.dtype = static_cast<DType>(d);
   }
-  const auto dims = get_list<std::uint64_t>(r);
-  t.shape = Shape(dims.begin(), dims.end());
+  t.shape = Shape(get_list<std::uint64_t>(r));
   if (r.flag()) t.metrics = get_metrics(r);
   t.ratio = r.optional_number();
   t.limit = r.optional_number();

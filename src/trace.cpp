@@ -433,6 +433,16 @@ void place_data(const Frame& frame, std::span<TraceEntry> entries,
   }
 }
 
+// Every entry's name, indexed by its position (names known to be unique).
+detail::NameIndex index_every_name(const std::vector<TraceEntry>& entries) {
+  const auto name_of = [&](std::uint32_t i) -> std::string_view { return entries[i].name; };
+  detail::NameIndex index;
+  index.reserve(entries.size(), name_of);
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    index.insert(static_cast<std::uint32_t>(i), name_of);
+  return index;
+}
+
 // Puts entries [first, first + by_offset.size()) in file order (data offsets), as the
 // reference lists them, and rebuilds the index on their new positions.
 void put_in_file_order(std::vector<TraceEntry>& entries, std::size_t first,
@@ -444,11 +454,7 @@ void put_in_file_order(std::vector<TraceEntry>& entries, std::size_t first,
   sorted.reserve(by_offset.size());
   for (const std::uint32_t k : by_offset) sorted.push_back(std::move(entries[first + k]));
   std::move(sorted.begin(), sorted.end(), entries.begin() + static_cast<std::ptrdiff_t>(first));
-  auto name_of = [&](std::uint32_t i) -> std::string_view { return entries[i].name; };
-  index = detail::NameIndex();
-  index.reserve(entries.size(), name_of);
-  for (std::size_t i = 0; i < entries.size(); ++i)
-    index.insert(static_cast<std::uint32_t>(i), name_of);
+  index = index_every_name(entries);
 }
 
 }  // namespace
@@ -607,19 +613,15 @@ void Trace::drop_index() { index_ = std::make_shared<detail::TraceIndex>(); }
 
 const TraceEntry* Trace::find(const std::string& name) const {
   if (!index_) return nullptr;
-  const auto name_of = [&](std::uint32_t i) -> std::string_view { return entries_[i].name; };
   if (!index_->built.load(std::memory_order_acquire)) {
     const std::lock_guard lock(index_->building);
     if (!index_->built.load(std::memory_order_relaxed)) {
-      detail::NameIndex names;
-      names.reserve(entries_.size(), name_of);
-      for (std::size_t i = 0; i < entries_.size(); ++i)
-        names.insert(static_cast<std::uint32_t>(i), name_of);
-      index_->names = std::move(names);
+      index_->names = index_every_name(entries_);
       index_->built.store(true, std::memory_order_release);
     }
   }
-  const auto at = index_->names.find(name, name_of);
+  const auto at = index_->names.find(
+      name, [&](std::uint32_t i) -> std::string_view { return entries_[i].name; });
   return at ? &entries_[*at] : nullptr;
 }
 

@@ -83,8 +83,6 @@ class Shape {
   }
   void clear() { *this = Shape(); }
 
-  std::vector<std::uint64_t> to_vector() const { return {begin(), end()}; }
-
   friend bool operator==(const Shape& a, const Shape& b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end());
   }

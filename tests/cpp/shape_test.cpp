@@ -18,7 +18,7 @@ using Dims = std::vector<std::uint64_t>;
 void expect_same(const Shape& s, const Dims& v) {
   ASSERT_EQ(s.size(), v.size());
   EXPECT_EQ(s.empty(), v.empty());
-  EXPECT_EQ(s.to_vector(), v);
+  EXPECT_EQ(Dims(s.begin(), s.end()), v);
   for (std::size_t i = 0; i < v.size(); ++i) EXPECT_EQ(s[i], v[i]) << i;
   if (!v.empty()) {
     EXPECT_EQ(s.front(), v.front());
