@@ -102,10 +102,13 @@ def watch_randomness(module):
                           if name not in before or not torch.equal(state, before[name])]
 
 
-def _forward_backward(call, args, seed):
-    """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}."""
+def _forward_backward(call, args, seed, *, into_caches=True):
+    """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}.
+    With ``into_caches`` False, a cache the model returns (a Hugging Face ``Cache``) gets no
+    gradient and is left out: state the model filled, not a value it computed."""
     result = call(**args) if isinstance(args, dict) else call(*args)
-    outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
+    flat = flatten(result) if into_caches else flatten(result, skipped={})
+    outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flat.items()}
     grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
     if grads_for:
         torch.autograd.backward([o for _, o in grads_for],

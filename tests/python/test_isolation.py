@@ -82,3 +82,142 @@ def test_each_call_of_a_shared_module_is_isolated():
     names = {t["name"] for t in report.tensors}
     assert {"lin.out", "lin#1.out", "lin.grad", "lin#1.grad", "lin#1.grad.param.weight"} <= names
     assert report.aligned
+
+
+# The truth role of isolation is taken from the one float64 run that records every call's
+# inputs, instead of rerunning each call on its own. The oracle: the rerun itself
+# (_run_isolated, which the other roles still use), in float64, on the same recorded calls.
+
+from numalign import isolation  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "hf"))
+from hf_models import bert, inputs as hf_inputs, llama  # noqa: E402
+
+
+def _one_run_and_reruns(model, inputs, mode="keep"):
+    truth = isolation._record_truth(model, inputs, None, "cpu", mode)
+    tensors, tags, _ = isolation._run_isolated(model, truth.calls, torch.float64, "cpu", mode)
+    return truth, tensors, tags
+
+
+def _assert_the_same_truth(model, inputs, mode="keep"):
+    truth, tensors, tags = _one_run_and_reruns(model, inputs, mode)
+    assert list(truth.tensors) == list(tensors), "the same tensors, in the same order"
+    assert truth.tags == tags
+    for name, expected in tensors.items():
+        got = truth.tensors[name]
+        assert got.dtype == expected.dtype and got.shape == expected.shape, name
+        if got.is_floating_point():  # float64 sums in another order: rounding apart
+            torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12, msg=name)
+        else:
+            assert torch.equal(got, expected), name
+    return truth
+
+
+class _Scaled(torch.nn.Module):
+    """Takes a floating keyword input that needs no gradient (like rotary cos/sin or an
+    additive mask), passes it to a module without parameters, and calls one module twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.act = torch.nn.Tanh()
+        self.keep = torch.nn.Identity()
+
+    def forward(self, x, *, scale):
+        return self.keep(self.lin(torch.relu(self.lin(x))) * self.act(scale))
+
+
+class _Box:
+    """A result numalign cannot judge: a plain object holding a tensor."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _Boxed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x), _Box(torch.sin(self.lin.weight.sum(0) * x))
+
+
+class _Toy(torch.nn.Module):
+    """Tied weights (an embedding read out by its own matrix), a buffer-made input handed on
+    as a keyword, one tensor passed twice, a module whose input is also its output, and one
+    with a result numalign cannot judge."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(16, 8)
+        self.block = _Scaled()
+        self.pair = torch.nn.Bilinear(8, 8, 8)
+        self.head = torch.nn.Linear(8, 16, bias=False)
+        self.head.weight = self.embed.weight
+        self.boxed = _Boxed()
+        self.register_buffer("freq", torch.linspace(0.5, 1.5, 8))
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        h = self.block(h, scale=torch.cos(self.freq * ids.unsqueeze(-1)))
+        h, box = self.boxed(h)
+        return self.head(self.pair(h, h + box.value))
+
+
+def test_the_truth_of_one_run_is_each_call_rerun_on_its_own():
+    ids = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(4))
+    truth = _assert_the_same_truth(_Toy(), (ids,))
+    # The Tanh inside the block computes only from the block's `scale`, which needs no
+    # gradient in the model: it is rerun, not taken from the run (a gradient there would
+    # only exist because the block's input was made a leaf).
+    # The second result of `boxed` is not a value the trace holds, yet the model computes
+    # on it: the gradient it receives would reach the call, and no rerun gives it one.
+    assert truth.rerun == ["block.act", "boxed"]
+    names = set(truth.tensors)
+    assert {"block.grad.1.scale", "pair.grad.0", "pair.grad.1", "embed.grad.param.weight",
+            "head.grad.param.weight", "block.lin#1.grad.param.weight"} <= names
+    assert "block.act.grad" not in names
+
+
+def test_the_truth_of_one_run_on_the_examples_transformer():
+    reference, _ = transformer.make_models()
+    truth = _assert_the_same_truth(reference, (transformer.make_input(),))
+    assert truth.rerun == []
+
+
+def test_the_truth_of_one_run_on_hf_models_called_as_users_call_them():
+    for make in (llama, bert):
+        truth = _assert_the_same_truth(make(), hf_inputs())
+        assert truth.rerun == [], make.__name__
+    _assert_the_same_truth(llama(), hf_inputs(), mode="watch")
+
+
+class _Child(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 4))
+
+    def forward(self, x):
+        return torch.tanh(x * self.weight.to(x.dtype))
+
+
+class _Upcast(torch.nn.Module):
+    """Hands its child a float32 tensor: in the truth's "watch" mode the child's input is
+    not float64 in the run, and a rerun casts it to float64, so it is rerun."""
+
+    def __init__(self):
+        super().__init__()
+        self.child = _Child()
+
+    def forward(self, x):
+        return self.child(x.float()).to(x.dtype)
+
+
+def test_a_call_given_less_than_float64_in_the_run_is_rerun():
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(5))
+    truth = _assert_the_same_truth(_Upcast(), (x,), mode="watch")
+    assert truth.rerun == ["child"]
+    assert _assert_the_same_truth(_Upcast(), (x,), mode="keep").rerun == []
