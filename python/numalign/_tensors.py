@@ -164,9 +164,6 @@ def _flatten_cache(obj, prefix, path, out, paths):
             _flatten_cache(v, name, at, out, paths)
 
 
-CACHE_STATE = "state updated in place"  # why flatten skips a cache
-
-
 def _flatten_into(obj, prefix, path, out, paths, skipped=None):
     if obj is None:
         return
@@ -174,7 +171,7 @@ def _flatten_into(obj, prefix, path, out, paths, skipped=None):
         _put(out, paths, prefix or "output", path, obj)
     elif is_hf_cache(obj):
         if skipped is not None:
-            skipped[prefix or "output"] = f"a {type(obj).__name__}: {CACHE_STATE}"
+            skipped[prefix or "output"] = f"a {type(obj).__name__}: state updated in place"
         else:
             _flatten_cache(obj, prefix or "output", path, out, paths)
     elif isinstance(obj, Mapping):  # dict, OrderedDict, ModelOutput, Trace

@@ -11,11 +11,12 @@ run (see _TruthRun); the reference and the test rerun each call on its own."""
 from __future__ import annotations
 
 import torch
+from torch.autograd.graph import get_gradient_edge
 
 from ._module_hooks import _call_values, _replace_tensors, _tensors_of, watch_gradients
 from . import _precision
 from ._runs import _as_args, _cast, _forward_backward, _module_copy, selected_modules, tf32_off
-from ._tensors import CACHE_STATE, is_hf_cache
+from ._tensors import is_hf_cache
 from .api import _judge
 from .report import Report
 from .trace import Trace
@@ -32,38 +33,58 @@ class _Call:
         self.grad_out = {}
         self.outputs, self.input_grads, self.param_grads = {}, {}, {}
         self.input_names, self.param_names = [], []
-        self.swapped = []   # (module, parameter key, tensor it held) while the call runs
-        self.rerun = None   # why the truth of this call is rerun on its own, or None
+        self.made = []           # the tensors handed to the call, with their versions
+        self.swapped = []        # (module, parameter key, tensor it held) while it runs
+        self.window = None       # (first, last) sequence numbers of the nodes it made
+        self.output_nodes = []   # the nodes of the views its outputs were passed on as
+        self.rerun = None        # why the truth of this call is rerun on its own, or None
 
     @property
     def base(self):
         return self.path if self.k == 0 else f"{self.path}#{self.k}"
 
+    def cannot_take(self, why):
+        if self.rerun is None:
+            self.rerun = why
+
 
 class _TruthRun:
     """The float64 truth run of isolation, one forward and backward of the whole model,
     which records every call of the selected modules (what the other roles rerun) and
-    takes the truth role's tensors from that same run: a call rerun on its own, on the
-    truth's inputs to it, computes what the call computed in the run.
+    takes the truth role's tensors from that same run where they are what a rerun of the
+    call on its own would compute.
 
     Forward, each call's floating inputs and its modules' parameters are handed to it as
-    new tensors of their own (a view of a tensor that needs a gradient, a leaf copy of one
-    that does not), and their hooks receive the gradient of this call's use alone: what a
-    rerun's leaves would hold. Parameters are swapped in the modules' ``_parameters`` for
-    the call and put back after it, nested calls inside enclosing ones.
+    tensors of its own (a view of a tensor that needs a gradient, a leaf copy of one that
+    does not; parameters swapped in the modules' ``_parameters`` for the call), and their
+    hooks receive the gradient of this call's use alone: what a rerun's leaves would hold.
 
-    The leaves made for inputs that need no gradient in the model are the one thing the
-    run does that the model does not: a module output that needs a gradient only because
-    of them would receive one that no rerun gives it. Such a call's truth is rerun on its
-    own, and the gradient its output received is not recorded for the other roles."""
+    That holds only if the call computes as a rerun would, and its gradient reaches the
+    call through its outputs alone. A call is rerun on its own where that is not shown:
+    - before it runs: no gradients, or inside backward (a checkpoint's recompute); an
+      input below float64 (a rerun casts it); hooks of others on its modules (a rerun runs
+      them again, or they read parameters before the swap);
+    - as it ends: a tensor handed to it changed in place;
+    - between forward and backward, on the autograd graph: a path from the model's outputs
+      to a tensor handed to the call that does not pass through the call's outputs (a
+      tensor kept and returned, an output that needs a gradient only through the leaves
+      made, a gradient taken inside forward), or a path from the call's outputs to a node
+      made before the call other than through what it was handed (a parameter read
+      outside ``_parameters``, a tied one used by a module outside the call)."""
 
     def __init__(self, model, globs):
         self.modules = selected_modules(model, globs)
         self.calls = []        # every _Call, in forward order
         self._count, self._stack = {}, []
+        self._hook_ids = set()  # ids of this run's own module hooks
         self._leaves = set()   # ids of the leaves made for inputs that need no gradient
         self._held = []        # those leaves, kept alive so that their ids stay theirs
         self._reaches_model = {}  # autograd node -> whether a leaf of the model's is upstream
+        self._probe = torch.zeros((), requires_grad=True)
+
+    def _sequence_number(self):
+        """The sequence number the next autograd node made on this thread gets, about."""
+        return self._probe.view_as(self._probe).grad_fn._sequence_nr()
 
     def _pre(self, path):
         def hook(module, args, kwargs):
@@ -79,19 +100,32 @@ class _TruthRun:
             call = _Call(path, k, a, kw)
             self.calls.append(call)
             self._stack.append(call)
-            if not torch.is_grad_enabled():
-                call.rerun = "called without gradients"
-                return None
             values = _call_values(args, kwargs)
-            low = [s for s, t in _tensors_of(values, {}).items()
-                   if t.is_floating_point() and t.dtype != torch.float64]
-            if low:  # a rerun casts its inputs to float64: it computes something else
-                call.rerun = f"input{low[0]} is not float64 in the run"
+            call.rerun = self._why_not_from_the_run(module, values)
+            if call.rerun is not None:
                 return None
+            first = self._sequence_number()
             values = self._own_inputs(call, values)
             self._own_parameters(call, module)
+            call.window = (first, None)
             return (tuple(values[:-1]), values[-1]) if kwargs else (tuple(values), kwargs)
         return hook
+
+    def _why_not_from_the_run(self, module, values):
+        if not torch.is_grad_enabled():
+            return "called without gradients"
+        if torch._C._current_autograd_node() is not None:
+            return "called inside backward (a recompute)"
+        low = [s for s, t in _tensors_of(values, {}).items()
+               if t.is_floating_point() and t.dtype != torch.float64]
+        if low:
+            return f"input{low[0]} is not float64 in the run"
+        for m in module.modules():
+            for hooks in (m._forward_pre_hooks, m._forward_hooks, m._backward_pre_hooks,
+                          m._backward_hooks):
+                if any(i not in self._hook_ids for i in hooks):
+                    return "its modules have hooks of others"
+        return None
 
     def _own_inputs(self, call, values):
         made = set()
@@ -112,6 +146,7 @@ class _TruthRun:
         for suffix, t in _tensors_of(values, {}).items():
             if id(t) in made:
                 call.input_names.append(suffix)
+                call.made.append((t, t._version))
                 t.register_hook(lambda g, s=suffix: _keep_grad(call.input_grads, s, g))
         return values
 
@@ -123,30 +158,34 @@ class _TruthRun:
                 if p is not None and p.requires_grad:
                     if id(p) not in views:
                         views[id(p)] = p.view_as(p)
+                        call.made.append((views[id(p)], views[id(p)]._version))
                     call.swapped.append((sub, key, p))
                     sub._parameters[key] = views[id(p)]
         for name, p in named:
             call.param_names.append(name)
-            views[id(p)].register_hook(lambda g, n=name: _keep_grad(call.param_grads, n, g))
+            views[id(p)].register_hook(
+                lambda g, n=name: _keep_grad(call.param_grads, n, g))
 
     def _post(self, path):
-        def hook(module, args, kwargs, output):
+        def hook(module, args, kwargs, output=None):
+            if not self._stack or self._stack[-1].path != path:
+                return None  # called after a raise before this run's pre-hook ran
             call = self._stack.pop()
             for sub, key, p in reversed(call.swapped):
                 sub._parameters[key] = p
             call.swapped = []
-            skipped = {}
-            outputs = _tensors_of(output, skipped)
-            hidden = [s for s, why in skipped.items() if not why.endswith(CACHE_STATE)]
-            if hidden and call.rerun is None:  # its tensors' gradients would reach the call
-                call.rerun = f"output{hidden[0]} holds tensors no rerun receives a gradient for"
+            if any(t._version != v for t, v in call.made):
+                call.cannot_take("a tensor handed to it changed in place")
+            outputs = _tensors_of(output, {})
             call.outputs = {s: t.detach().clone() for s, t in outputs.items()}
             from_model = {s: t for s, t in outputs.items() if self._needs_grad_in_model(t)}
-            added = [s for s, t in outputs.items() if t.requires_grad and s not in from_model]
-            if added and call.rerun is None:
-                call.rerun = f"output{added[0]} needs a gradient only through the leaves made"
-            return watch_gradients(output, from_model,
-                                   lambda s, g: _keep_grad(call.grad_out, s, g))
+            passed_on = watch_gradients(output, from_model,
+                                        lambda s, g: _keep_grad(call.grad_out, s, g))
+            if call.rerun is None:
+                views = _tensors_of(passed_on, {})
+                call.output_nodes = [views[s].grad_fn for s in from_model]
+                call.window = (call.window[0], self._sequence_number())
+            return passed_on
         return hook
 
     def _needs_grad_in_model(self, t):
@@ -187,11 +226,21 @@ class _TruthRun:
                 stack.pop()
         return False
 
+    def check_the_graph(self, roots):
+        """Between forward and backward: marks for a rerun each call whose gradient could
+        come other than through its outputs, or reach more than what it was handed."""
+        self._reaches_model.clear()
+        taken = [c for c in self.calls if c.rerun is None]
+        for call, why in _paths_around_calls(taken, roots):
+            call.cannot_take(why)
+
     def hooks(self):
         handles = []
         for path, m in self.modules:
             handles.append(m.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-            handles.append(m.register_forward_hook(self._post(path), with_kwargs=True))
+            handles.append(m.register_forward_hook(self._post(path), with_kwargs=True,
+                                                   always_call=True))
+        self._hook_ids = {h.id for h in handles}
         return handles
 
     def truth(self, rerun):
@@ -220,17 +269,97 @@ class _TruthRun:
                          "param-grad")
         return tensors, tags
 
+    def open_calls(self):
+        return [c.base for c in self._stack]
+
 
 def _keep_grad(book, key, grad):
     book[key] = grad.detach().clone()
 
 
-class _RecordedTruth:
-    """What isolation's truth run gives: the calls, and the truth role's trace contents."""
+def _paths_around_calls(calls, roots):
+    """[(call, why)] for the calls (each with ``made``, ``output_nodes`` and ``window``)
+    that the autograd graph below ``roots`` reaches other than through their outputs, or
+    whose outputs reach a node made before the call other than through what was handed to
+    it. One pass over the graph in topological order, each node carrying two sets of calls
+    (bit masks): those it is reached from the roots for without passing that call's
+    outputs, and those whose outputs reach it without passing what was handed to them."""
+    if not calls:
+        return []
+    made_of, output_of = {}, {}
+    for i, call in enumerate(calls):
+        for t, _ in call.made:
+            node = get_gradient_edge(t).node
+            made_of[node] = made_of.get(node, 0) | 1 << i
+        for node in call.output_nodes:
+            output_of[node] = output_of.get(node, 0) | 1 << i
+    starts = [r.grad_fn if r.grad_fn is not None else get_gradient_edge(r).node for r in roots]
+    order = _topological_order(starts)
+    everyone = (1 << len(calls)) - 1
+    around = dict.fromkeys(starts, everyone)  # reached from the roots, around the call's outputs
+    beyond = {}                                # reached from the call's outputs, not via made
+    found = {}
+    for node in order:
+        made, out = made_of.get(node, 0), output_of.get(node, 0)
+        a = around.get(node, 0)
+        b = beyond.get(node, 0) | out
+        for i in _bits(a & made):
+            found.setdefault(i, "its gradient also comes other than through its outputs")
+        if not made:  # what was handed to a call inside it (a leaf copy too) is its own
+            for i in _bits(b & ~out):
+                first, last = calls[i].window
+                if not first <= node._sequence_nr() <= last:
+                    found.setdefault(i, "its outputs depend on more than what it was handed")
+        a &= ~out
+        b &= ~made
+        for child, _ in node.next_functions:
+            if child is not None:
+                if a:
+                    around[child] = around.get(child, 0) | a
+                if b:
+                    beyond[child] = beyond.get(child, 0) | b
+    return [(calls[i], why) for i, why in sorted(found.items())]
 
-    def __init__(self, calls, tensors, tags, precision, rerun):
+
+def _bits(mask):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def _topological_order(starts):
+    """The autograd nodes below ``starts``, each after every node above it."""
+    parents, seen, stack = {}, set(starts), list(starts)
+    while stack:
+        node = stack.pop()
+        for child, _ in node.next_functions:
+            if child is None:
+                continue
+            parents[child] = parents.get(child, 0) + 1
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    ready = [n for n in seen if n not in parents]
+    order = []
+    while ready:
+        node = ready.pop()
+        order.append(node)
+        for child, _ in node.next_functions:
+            if child is not None:
+                parents[child] -= 1
+                if not parents[child]:
+                    ready.append(child)
+    return order
+
+
+class _RecordedTruth:
+    """What isolation's truth run gives: the calls, the truth role's trace contents, the
+    calls rerun for it, and the calls left open (none, unless hooks were skipped)."""
+
+    def __init__(self, calls, tensors, tags, precision, rerun, open_calls):
         self.calls, self.tensors, self.tags = calls, tensors, tags
-        self.precision, self.rerun = precision, rerun
+        self.precision, self.rerun, self.open_calls = precision, rerun, open_calls
 
 
 def _record_truth(model, inputs, globs, device, mode, seed=0):
@@ -243,20 +372,34 @@ def _record_truth(model, inputs, globs, device, mode, seed=0):
     handles = run.hooks()
     try:
         with tf32_off(), _precision.float64_truth(copied, mode) as precision:
-            _forward_backward(copied, args, seed, into_caches=False)
+            _forward_backward(copied, args, seed, into_caches=False,
+                              before_backward=run.check_the_graph)
     finally:
         for h in handles:
             h.remove()
-    rerun = {}
+    rerun, again_precision = {}, None
     to_rerun = [c for c in run.calls if c.rerun is not None]
     if to_rerun:
-        # Their computations are the run's own, watched there: the run's precision record
-        # already lists them.
         again = _module_copy(model, torch.float64, device, mode)
-        with tf32_off(), _precision.float64_truth(again, mode):
+        with tf32_off(), _precision.float64_truth(again, mode) as again_precision:
             rerun = {c: _run_calls(again, [c], torch.float64, device) for c in to_rerun}
     tensors, tags = run.truth(rerun)
-    return _RecordedTruth(run.calls, tensors, tags, precision, [c.base for c in to_rerun])
+    precision = _precision_of_the_truth(precision, again_precision, run.calls)
+    for call in run.calls:  # what holds the run's autograd graph
+        call.made, call.output_nodes = [], []
+    return _RecordedTruth(run.calls, tensors, tags, precision, [c.base for c in to_rerun],
+                          run.open_calls())
+
+
+def _precision_of_the_truth(run, again, calls):
+    """The truth's precision record: the run's for the modules whose calls were all taken
+    from it (their backward too, all under "(backward)"), the reruns' for the rest. The
+    model's own code outside every selected module computes no isolated tensor."""
+    rerun = {c.path for c in calls if c.rerun is not None}
+    below = {m: ops for m, ops in run["below_float64"].items() if m and m not in rerun}
+    for m, ops in (again or {}).get("below_float64", {}).items():
+        below[m] = sorted(set(below.get(m, [])) | set(ops))
+    return {**run, "below_float64": below}
 
 
 def _run_isolated(model, calls, dtype, device, mode):

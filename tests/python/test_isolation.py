@@ -221,3 +221,206 @@ def test_a_call_given_less_than_float64_in_the_run_is_rerun():
     truth = _assert_the_same_truth(_Upcast(), (x,), mode="watch")
     assert truth.rerun == ["child"]
     assert _assert_the_same_truth(_Upcast(), (x,), mode="keep").rerun == []
+
+
+# Where a call's truth cannot be taken from the run (found by a red team of the one-run
+# truth): each must still equal the rerun.
+
+def test_the_truth_of_one_run_where_hugging_face_collects_hidden_states():
+    # HF's own forward hooks keep each layer's input (the view isolation handed the layer)
+    # and return it as a hidden state: the upstream gradient then reaches the view from
+    # outside the layer's call.
+    _assert_the_same_truth(llama(), dict(hf_inputs(), output_hidden_states=True))
+    seen = llama()
+    with torch.no_grad():  # a user looked at the hidden states once: HF's hooks stay
+        seen(**hf_inputs(), output_hidden_states=True)
+    _assert_the_same_truth(seen, hf_inputs())
+    _assert_the_same_truth(seen, dict(hf_inputs(), output_hidden_states=True))
+
+
+class _ScaleGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 1.01
+
+
+def test_a_backward_bug_is_found_while_hugging_face_collects_hidden_states():
+    ref, test = llama(), llama()
+
+    class Buggy(type(test.model.layers[0])):
+        def forward(self, hidden_states, *args, **kwargs):
+            return super().forward(_ScaleGradient.apply(hidden_states), *args, **kwargs)
+
+    test.model.layers[0].__class__ = Buggy
+    report = isolate(test, ref, dict(hf_inputs(), output_hidden_states=True), torch.float32,
+                     modules="model.layers.*")
+    by_module = {e["module"]: e for e in report.ranking}
+    assert not by_module["model.layers.0"]["aligned"]
+    assert report.ranking[0]["module"] == "model.layers.0"
+
+
+class _Clipped(torch.nn.Linear):
+    """Clips its own weight in place as it runs (a WGAN critic's habit)."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.weight.clamp_(-0.3, 0.3)
+        return super().forward(x)
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self, *layers):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = torch.nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+def test_the_truth_of_one_run_where_a_call_changes_its_parameters_in_place():
+    ids = torch.tensor([[1, 2, 3, 2]])
+    torch.manual_seed(0)
+    _assert_the_same_truth(_Stack(torch.nn.Embedding(10, 4, max_norm=1.0), torch.nn.Linear(4, 1)),
+                           (ids,))
+    torch.manual_seed(0)
+    _assert_the_same_truth(_Stack(torch.nn.Linear(4, 4), _Clipped(4, 4), torch.nn.Linear(4, 1)),
+                           (torch.randn(3, 4, generator=torch.Generator().manual_seed(6)),))
+
+
+class _Partial(torch.nn.Module):
+    """Holds a reference to its weight outside ``_parameters``."""
+
+    def __init__(self):
+        super().__init__()
+        import functools
+        self.weight = torch.nn.Parameter(torch.randn(4, 4))
+        self.project = functools.partial(torch.nn.functional.linear, weight=self.weight)
+
+    def forward(self, x):
+        return self.project(x)
+
+
+class _WithHelper(torch.nn.Module):
+    """Calls a module it does not own, whose weight is tied to its own layer's."""
+
+    def __init__(self, helper):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.lin.weight = helper.weight
+        object.__setattr__(self, "helper", helper)
+
+    def forward(self, x):
+        return self.lin(x) + self.helper(x)
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.helper = torch.nn.Linear(4, 4)
+        self.outer = _WithHelper(self.helper)
+
+    def forward(self, x):
+        return self.outer(x)
+
+
+def test_the_truth_of_one_run_where_weights_are_read_outside_the_parameters():
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(7))
+    torch.manual_seed(0)
+    _assert_the_same_truth(_Stack(torch.nn.utils.spectral_norm(torch.nn.Linear(4, 4)),
+                                  torch.nn.Linear(4, 1)).eval(), (x,))
+    torch.manual_seed(0)
+    _assert_the_same_truth(_Stack(_Partial(), torch.nn.Linear(4, 1)), (x,))
+    _assert_the_same_truth(_Tied(), (x,))
+    doubled = _Stack(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    doubled.layers[0].register_forward_pre_hook(lambda module, args: (args[0] * 2,))
+    _assert_the_same_truth(doubled, (x,))
+
+
+class _Stashing(torch.nn.Module):
+    """Keeps an auxiliary loss on itself, which the model returns (as MoE routers do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = torch.tanh(self.lin(x))
+        self.aux = (y ** 2).mean()
+        return y
+
+
+class _AuxLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = _Stashing()
+        self.b = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.b(self.a(x)), self.a.aux
+
+
+class _Energy(torch.nn.Module):
+    """Returns an energy and its forces, -dE/dx, taken inside forward (force fields)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1 = torch.nn.Linear(3, 8)
+        self.act = torch.nn.Tanh()
+        self.l2 = torch.nn.Linear(8, 1)
+
+    def forward(self, pos):
+        energy = self.l2(self.act(self.l1(pos))).sum()
+        return energy, -torch.autograd.grad(energy, pos, create_graph=True)[0]
+
+
+class _Forces(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.energy = _Energy()
+
+    def forward(self, pos):
+        return self.energy(pos)
+
+
+def test_the_truth_of_one_run_where_gradients_go_around_a_call():
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(8))
+    _assert_the_same_truth(_AuxLoss(), (x,))
+    _assert_the_same_truth(_Forces(), (torch.randn(5, 3, generator=torch.Generator().manual_seed(9)),))
+
+
+class _Checkpointed(torch.nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        torch.manual_seed(0)
+        self.block = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+        self.out = torch.nn.Linear(4, 2)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        return self.out(checkpoint(self.block, x, use_reentrant=self.reentrant))
+
+
+def test_the_truth_of_one_run_under_activation_checkpointing():
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(10))
+    for reentrant in (False, True):
+        truth = _assert_the_same_truth(_Checkpointed(reentrant), (x,))
+        assert truth.open_calls == [], "every call's parameters put back, none left open"
+
+
+def test_the_truth_rerun_for_an_input_below_float64_is_not_reported_below_float64():
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(5))
+    report = isolate(_Upcast(), _Upcast(), (x,), torch.bfloat16, float64_truth="watch")
+    below = [w for w in report.warnings if w.startswith("the truth computed in less")]
+    # The child's truth was rerun in float64; the model's own code is no module's truth.
+    assert not any("child" in w or "(model)" in w for w in below), below
