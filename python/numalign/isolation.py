@@ -10,12 +10,15 @@ filled, and no module run alone fills one). The truth role's own tensors come fr
 run (see _TruthRun); the reference and the test rerun each call on its own."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.autograd.graph import get_gradient_edge
 
 from ._module_hooks import _call_values, _replace_tensors, _tensors_of, watch_gradients
 from . import _precision
-from ._runs import _as_args, _cast, _forward_backward, _module_copy, selected_modules, tf32_off
+from ._runs import (_as_args, _cast, _forward_backward, _module_copy, selected_modules, tf32_off,
+                    watch_randomness)
 from ._tensors import is_hf_cache
 from .api import _judge
 from .report import Report
@@ -357,9 +360,10 @@ class _RecordedTruth:
     """What isolation's truth run gives: the calls, the truth role's trace contents, the
     calls rerun for it, and the calls left open (none, unless hooks were skipped)."""
 
-    def __init__(self, calls, tensors, tags, precision, rerun, open_calls):
+    def __init__(self, calls, tensors, tags, precision, random, rerun, open_calls):
         self.calls, self.tensors, self.tags = calls, tensors, tags
-        self.precision, self.rerun, self.open_calls = precision, rerun, open_calls
+        self.precision, self.random = precision, random
+        self.rerun, self.open_calls = rerun, open_calls
 
 
 def _record_truth(model, inputs, globs, device, mode, seed=0):
@@ -371,7 +375,8 @@ def _record_truth(model, inputs, globs, device, mode, seed=0):
     run = _TruthRun(copied, globs)
     handles = run.hooks()
     try:
-        with tf32_off(), _precision.float64_truth(copied, mode) as precision:
+        with tf32_off(), watch_randomness(copied) as random, \
+                _precision.float64_truth(copied, mode) as precision:
             _forward_backward(copied, args, seed, into_caches=False,
                               before_backward=run.check_the_graph)
     finally:
@@ -381,14 +386,21 @@ def _record_truth(model, inputs, globs, device, mode, seed=0):
     to_rerun = [c for c in run.calls if c.rerun is not None]
     if to_rerun:
         again = _module_copy(model, torch.float64, device, mode)
-        with tf32_off(), _precision.float64_truth(again, mode) as again_precision:
+        with tf32_off(), watch_randomness(again) as again_random, \
+                _precision.float64_truth(again, mode) as again_precision:
             rerun = {c: _run_calls(again, [c], torch.float64, device) for c in to_rerun}
+        random = _both(random, again_random)
     tensors, tags = run.truth(rerun)
     precision = _precision_of_the_truth(precision, again_precision, run.calls)
     for call in run.calls:  # what holds the run's autograd graph
         call.made, call.output_nodes = [], []
-    return _RecordedTruth(run.calls, tensors, tags, precision, [c.base for c in to_rerun],
-                          run.open_calls())
+    return _RecordedTruth(run.calls, tensors, tags, precision, random,
+                          [c.base for c in to_rerun], run.open_calls())
+
+
+def _both(random, again):
+    """The randomness of two runs, as one trace's metadata records it."""
+    return {k: random[k] + [x for x in again[k] if x not in random[k]] for k in random}
 
 
 def _precision_of_the_truth(run, again, calls):
@@ -403,14 +415,13 @@ def _precision_of_the_truth(run, again, calls):
 
 
 def _run_isolated(model, calls, dtype, device, mode):
-    """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags, and
-    for float64 the truth's precision record (see _precision.py)."""
-    if dtype == torch.float64:
-        copied = _module_copy(model, torch.float64, device, mode)
-        with _precision.float64_truth(copied, mode) as precision:
-            tensors, tags = _run_calls(copied, calls, dtype, device)
-        return tensors, tags, precision
-    return (*_run_calls(_module_copy(model, dtype, device), calls, dtype, device), None)
+    """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags, for
+    float64 the truth's precision record (see _precision.py), and the randomness it used."""
+    copied = _module_copy(model, dtype, device, mode)
+    truth = _precision.float64_truth(copied, mode) if dtype == torch.float64 else None
+    with watch_randomness(copied) as random, truth or contextlib.nullcontext() as precision:
+        tensors, tags = _run_calls(copied, calls, dtype, device)
+    return tensors, tags, precision, random
 
 
 def _run_calls(copied, calls, dtype, device):
@@ -444,9 +455,9 @@ def _run_calls(copied, calls, dtype, device):
     return tensors, tags
 
 
-def _isolated_trace(tensors, tags, dtype, precision):
+def _isolated_trace(tensors, tags, dtype, precision, random):
     metadata = {"dtype_recipe": str(dtype).replace("torch.", ""), "order": list(tensors),
-                "tags": tags}
+                "tags": tags, "random": random}
     if precision:
         metadata["below_float64"] = precision["below_float64"]
     return Trace(tensors, metadata=metadata)
@@ -472,11 +483,13 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
                          "cannot use: pass the whole sequence and no cache")
     # No fingerprints here: the three runs are made from one set of inputs, in this call.
     truth = _record_truth(model_ref, inputs, modules, device, float64_truth, seed)
-    runs = {"truth": _isolated_trace(truth.tensors, truth.tags, torch.float64, truth.precision)}
+    runs = {"truth": _isolated_trace(truth.tensors, truth.tags, torch.float64, truth.precision,
+                                     truth.random)}
     with tf32_off():
         for role, model in (("ref", model_ref), ("test", model_test)):
-            tensors, tags, _ = _run_isolated(model, truth.calls, dtype, device, float64_truth)
-            runs[role] = _isolated_trace(tensors, tags, dtype, None)
+            tensors, tags, _, random = _run_isolated(model, truth.calls, dtype, device,
+                                                     float64_truth)
+            runs[role] = _isolated_trace(tensors, tags, dtype, None, random)
     # No first divergence here, where no module sees another's output: the core ranks the
     # modules by their own worst tensor instead.
     return _judge(runs["test"], runs["ref"], runs["truth"], module_ranking=True, **judge_options)

@@ -155,3 +155,18 @@ def test_cli_refuses_random_runs_unless_declared(tmp_path, cli):
     assert refused.returncode == 2 and "random" in refused.stdout
     declared = cli("judge", *paths, "--shared-randomness", "same seed")
     assert declared.returncode in (0, 1) and "same seed" in declared.stdout
+
+
+def test_isolate_of_a_model_drawing_random_numbers_could_not_judge():
+    """Isolation's runs each draw their own dropout masks: even a model against itself is
+    not a judgement (it said ALIGNED before, each module within its own noise)."""
+    import torch
+    from numalign.capture import isolate
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
+    model = _dropout_net().train()
+    report = isolate(model, model, (x,), torch.bfloat16)
+    assert report.exit_code == 2 and not report.aligned
+    assert "random" in report.could_not_judge[0] and "eval()" in report.could_not_judge[0]
+    judged = isolate(model, model, (x,), torch.bfloat16, shared_randomness="a model against itself")
+    assert judged.could_not_judge == []
+    assert isolate(model.eval(), model, (x,), torch.bfloat16).aligned

@@ -96,7 +96,7 @@ from hf_models import bert, inputs as hf_inputs, llama  # noqa: E402
 
 def _one_run_and_reruns(model, inputs, mode="keep"):
     truth = isolation._record_truth(model, inputs, None, "cpu", mode)
-    tensors, tags, _ = isolation._run_isolated(model, truth.calls, torch.float64, "cpu", mode)
+    tensors, tags, _, _ = isolation._run_isolated(model, truth.calls, torch.float64, "cpu", mode)
     return truth, tensors, tags
 
 
