@@ -8,10 +8,9 @@ of --repeat runs:
     forward_backward  one plain forward + backward in bf16 (the unit of work).
 
 It also counts the work isolate does by design: every selected module call is rerun on its
-own for the reference and the test (the truth's tensors come from its one float64 run), so a
-module nested d levels deep runs d + 1 times per role (its own run and each enclosing
-module's); the sum over calls of their parameters' share of the model tells how many model
-passes that is.
+own for each of the three roles, so a module nested d levels deep runs d + 1 times per role
+(its own run and each enclosing module's); the sum over calls of their parameters' share of
+the model tells how many model passes that is.
 
     python bench/isolate_bench.py [--layers 12 --hidden 256 --batch 2 --tokens 128 --repeat 3]
 """
@@ -62,9 +61,8 @@ def main() -> None:
     print("| --- | ---: | ---: |")
     for v in variants:
         print(f"| {v} | {median[v]:.3f} | {median[v] / median['three_traces']:.2f}x |")
-    print(f"\nisolate reruns {model_passes(ref):.1f} model passes (by parameters) for the "
-          "reference and for the test, by design: each module call on its own, nested ones "
-          "inside each enclosing one; the truth is one float64 pass")
+    print(f"\nisolate reruns {model_passes(ref):.1f} model passes (by parameters) per role, "
+          "by design: each module call on its own, nested ones inside each enclosing one")
 
 
 if __name__ == "__main__":

@@ -102,17 +102,11 @@ def watch_randomness(module):
                           if name not in before or not torch.equal(state, before[name])]
 
 
-def _forward_backward(call, args, seed, *, into_caches=True, before_backward=None):
-    """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}.
-    With ``into_caches`` False, a cache the model returns (a Hugging Face ``Cache``) gets no
-    gradient and is left out: state the model filled, not a value it computed.
-    ``before_backward``, if given, is called with the outputs that get a gradient."""
+def _forward_backward(call, args, seed):
+    """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}."""
     result = call(**args) if isinstance(args, dict) else call(*args)
-    flat = flatten(result) if into_caches else flatten(result, skipped={})
-    outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flat.items()}
+    outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
     grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
-    if before_backward is not None:
-        before_backward([o for _, o in grads_for])
     if grads_for:
         torch.autograd.backward([o for _, o in grads_for],
                                 [_upstream_grad(o, n, seed) for n, o in grads_for])
