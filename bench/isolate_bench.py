@@ -12,10 +12,17 @@ own for each of the three roles, so a module nested d levels deep runs d + 1 tim
 (its own run and each enclosing module's); the sum over calls of their parameters' share of
 the model tells how many model passes that is.
 
+Then isolate's pieces, alternating, medians: the float64 run that records every call
+(`record`), each role's reruns (`truth`, `ref`, `test`), the judgement (`judge`), and an
+experiment: the truth's reruns without the float64 watch (`truth_unwatched`: float64 by
+default, no op-by-op dispatch mode), the float64 compute they cannot go below. `record +
+truth_unwatched + ref + test + judge` is what isolate costs at the least, rerunning.
+
     python bench/isolate_bench.py [--layers 12 --hidden 256 --batch 2 --tokens 128 --repeat 3]
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 from pathlib import Path
@@ -24,8 +31,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from capture_bench import llama, model_arguments, plain_step, time_alternating  # noqa: E402
-from numalign import capture  # noqa: E402
+from numalign import _precision, capture, isolation  # noqa: E402
 from numalign._runs import selected_modules  # noqa: E402
+from numalign.api import _judge  # noqa: E402
 
 
 def model_passes(model) -> float:
@@ -63,6 +71,56 @@ def main() -> None:
         print(f"| {v} | {median[v]:.3f} | {median[v] / median['three_traces']:.2f}x |")
     print(f"\nisolate reruns {model_passes(ref):.1f} model passes (by parameters) per role, "
           "by design: each module call on its own, nested ones inside each enclosing one")
+    pieces = isolate_pieces(ref, test, inputs, dtype, args.repeat)
+    print("\n| piece of isolate | seconds | vs three_traces |")
+    print("| --- | ---: | ---: |")
+    for v, t in pieces.items():
+        print(f"| {v} | {t:.3f} | {t / median['three_traces']:.2f}x |")
+    least = sum(pieces[v] for v in ("record", "truth_unwatched", "ref", "test", "judge"))
+    print(f"| at the least (record + truth_unwatched + ref + test + judge) | {least:.3f} | "
+          f"{least / median['three_traces']:.2f}x |")
+
+
+@contextlib.contextmanager
+def _float64_unwatched(model, mode):
+    """_precision.float64_truth without its dispatch mode: float64 by default, nothing
+    watched or raised (an experiment: what the truth's float64 compute costs alone)."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield {"mode": mode, "below_float64": {}, "raised": {}}
+    finally:
+        torch.set_default_dtype(default)
+
+
+def isolate_pieces(ref, test, inputs, dtype, repeat):
+    """{piece: median seconds} of what isolate does, each timed alone, alternating."""
+    calls = isolation._record_calls(ref, inputs, None, "cpu", "keep", 0)
+    traces = {}
+
+    def role(name, model, role_dtype):
+        def run():
+            traces[name] = isolation._isolated_trace(model, calls, role_dtype, "cpu", "keep")
+        return run
+
+    def truth_unwatched():
+        watched = _precision.float64_truth
+        _precision.float64_truth = _float64_unwatched
+        try:
+            isolation._isolated_trace(ref, calls, torch.float64, "cpu", "keep")
+        finally:
+            _precision.float64_truth = watched
+
+    variants = {
+        "record": lambda: isolation._record_calls(ref, inputs, None, "cpu", "keep", 0),
+        "truth": role("truth", ref, torch.float64),
+        "truth_unwatched": truth_unwatched,
+        "ref": role("ref", ref, dtype),
+        "test": role("test", test, dtype),
+        "judge": lambda: _judge(traces["test"], traces["ref"], traces["truth"],
+                                module_ranking=True),
+    }
+    return time_alternating(variants, repeat)
 
 
 if __name__ == "__main__":

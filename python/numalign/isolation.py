@@ -103,6 +103,35 @@ def _run_calls(copied, calls, dtype, device):
     return tensors, tags
 
 
+def _record_calls(model, inputs, globs, device, mode, seed):
+    """One float64 forward and backward of ``model``: every call of the selected modules,
+    with the truth's inputs to it and the gradients its outputs received (_Calls)."""
+    copied = _module_copy(model, torch.float64, device, mode)
+    args = _cast(_as_args(inputs), torch.float64, device)
+    calls = _Calls(copied, globs)
+    handles = calls.hooks()
+    try:
+        with tf32_off(), _precision.float64_truth(copied, mode):
+            _forward_backward(copied, args, seed)
+    finally:
+        for h in handles:
+            h.remove()
+    return calls
+
+
+def _isolated_trace(model, calls, dtype, device, mode):
+    """The trace of one role: every recorded call of ``model`` rerun on its own in ``dtype``."""
+    with tf32_off():
+        tensors, tags, precision, random = _run_isolated(model, calls, dtype, device, mode)
+    # A run that drew random numbers computes on draws no other run shares: the judge then
+    # cannot judge (fail closed), as for trace_model's runs.
+    metadata = {"dtype_recipe": str(dtype).replace("torch.", ""), "order": list(tensors),
+                "tags": tags, "random": random}
+    if precision:
+        metadata["below_float64"] = precision["below_float64"]
+    return Trace(tensors, metadata=metadata)
+
+
 def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0, device="cpu",
             float64_truth: str = "keep", **judge_options) -> Report:
     """Judges every selected module (globs on module paths; default all) of ``model_test``
@@ -122,29 +151,10 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
                          f"{past[0]!r} is a cache of earlier tokens, which a module run alone "
                          "cannot use: pass the whole sequence and no cache")
     # No fingerprints here: the three runs are made from one set of inputs, in this call.
-    call = _module_copy(model_ref, torch.float64, device, float64_truth)
-    args = _cast(_as_args(inputs), torch.float64, device)
-    calls = _Calls(call, modules)
-    handles = calls.hooks()
-    try:
-        with tf32_off(), _precision.float64_truth(call, float64_truth):
-            _forward_backward(call, args, seed)
-    finally:
-        for h in handles:
-            h.remove()
-    runs = {}
-    with tf32_off():
-        for role, model, role_dtype in (("truth", model_ref, torch.float64), ("ref", model_ref, dtype),
-                                        ("test", model_test, dtype)):
-            tensors, tags, precision, random = _run_isolated(model, calls, role_dtype, device,
-                                                             float64_truth)
-            # A run that drew random numbers computes on draws no other run shares: the
-            # judge then cannot judge (fail closed), as for trace_model's runs.
-            metadata = {"dtype_recipe": str(role_dtype).replace("torch.", ""),
-                        "order": list(tensors), "tags": tags, "random": random}
-            if precision:
-                metadata["below_float64"] = precision["below_float64"]
-            runs[role] = Trace(tensors, metadata=metadata)
+    calls = _record_calls(model_ref, inputs, modules, device, float64_truth, seed)
+    runs = {role: _isolated_trace(model, calls, role_dtype, device, float64_truth)
+            for role, model, role_dtype in (("truth", model_ref, torch.float64),
+                                            ("ref", model_ref, dtype), ("test", model_test, dtype))}
     # No first divergence here, where no module sees another's output: the core ranks the
     # modules by their own worst tensor instead.
     return _judge(runs["test"], runs["ref"], runs["truth"], module_ranking=True, **judge_options)
