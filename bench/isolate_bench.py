@@ -15,8 +15,9 @@ the model tells how many model passes that is.
 Then isolate's pieces, alternating, medians: the float64 run that records every call
 (`record`), each role's reruns (`truth`, `ref`, `test`), the judgement (`judge`), and an
 experiment: the truth's reruns without the float64 watch (`truth_unwatched`: float64 by
-default, no op-by-op dispatch mode), the float64 compute they cannot go below. `record +
-truth_unwatched + ref + test + judge` is what isolate costs at the least, rerunning.
+default, no op-by-op dispatch mode, so parts the model computes below float64 stay there),
+about the float64 compute alone. `record + truth_unwatched + ref + test + judge` is what
+isolate's reruns cost with no watch and no overhead around them.
 
     python bench/isolate_bench.py [--layers 12 --hidden 256 --batch 2 --tokens 128 --repeat 3]
 """
@@ -77,7 +78,7 @@ def main() -> None:
     for v, t in pieces.items():
         print(f"| {v} | {t:.3f} | {t / median['three_traces']:.2f}x |")
     least = sum(pieces[v] for v in ("record", "truth_unwatched", "ref", "test", "judge"))
-    print(f"| at the least (record + truth_unwatched + ref + test + judge) | {least:.3f} | "
+    print(f"| record + truth_unwatched + ref + test + judge | {least:.3f} | "
           f"{least / median['three_traces']:.2f}x |")
 
 
@@ -111,6 +112,8 @@ def isolate_pieces(ref, test, inputs, dtype, repeat):
         finally:
             _precision.float64_truth = watched
 
+    # `judge` judges the traces the three role pieces left: they run before it, in this
+    # order, in the warm-up round as in every round (time_alternating keeps dict order).
     variants = {
         "record": lambda: isolation._record_calls(ref, inputs, None, "cpu", "keep", 0),
         "truth": role("truth", ref, torch.float64),

@@ -81,20 +81,23 @@ def _generator_states():
     return states
 
 
-def _dropout_in_training(module):
-    """Paths of the submodules that drop elements at random as the module stands."""
+def _dropout_in_training(module, within=None):
+    """Paths of the submodules that drop elements at random as the module stands; with
+    ``within`` (module paths), only those inside one of them (the modules a run calls)."""
     if module is None:
         return []
     return [path or "(the model)" for path, m in module.named_modules()
-            if m.training and isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
+            if m.training and isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+            and (within is None or any(path == p or path.startswith(p + ".") for p in within))]
 
 
 @contextlib.contextmanager
-def watch_randomness(module):
+def watch_randomness(module, within=None):
     """Yields a dict that, once the block ends, holds the randomness the run used, as trace
     metadata records it: {"generators": [...whose state moved], "dropout": [...]}. A run
-    that drew random numbers computes on draws no other run shares (fail closed)."""
-    used = {"generators": [], "dropout": _dropout_in_training(module)}
+    that drew random numbers computes on draws no other run shares (fail closed). With
+    ``within``, only dropout inside those module paths counts (a run that calls only them)."""
+    used = {"generators": [], "dropout": _dropout_in_training(module, within)}
     before = _generator_states()
     yield used
     after = _generator_states()

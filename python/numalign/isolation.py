@@ -66,10 +66,12 @@ def _run_isolated(model, calls, dtype, device, mode):
     """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags, for
     float64 the truth's precision record (see _precision.py), and the randomness it used."""
     copied = _module_copy(model, dtype, device, mode)
-    truth = _precision.float64_truth(copied, mode) if dtype == torch.float64 else None
-    with watch_randomness(copied) as random, truth or contextlib.nullcontext() as precision:
+    watch = (_precision.float64_truth(copied, mode) if dtype == torch.float64
+             else contextlib.nullcontext())
+    called = sorted({path for path, *_ in calls.calls})
+    with watch_randomness(copied, within=called) as used, watch as precision:
         tensors, tags = _run_calls(copied, calls, dtype, device)
-    return tensors, tags, precision, random
+    return tensors, tags, precision, used
 
 
 def _run_calls(copied, calls, dtype, device):
@@ -122,11 +124,11 @@ def _record_calls(model, inputs, globs, device, mode, seed):
 def _isolated_trace(model, calls, dtype, device, mode):
     """The trace of one role: every recorded call of ``model`` rerun on its own in ``dtype``."""
     with tf32_off():
-        tensors, tags, precision, random = _run_isolated(model, calls, dtype, device, mode)
+        tensors, tags, precision, used = _run_isolated(model, calls, dtype, device, mode)
     # A run that drew random numbers computes on draws no other run shares: the judge then
     # cannot judge (fail closed), as for trace_model's runs.
     metadata = {"dtype_recipe": str(dtype).replace("torch.", ""), "order": list(tensors),
-                "tags": tags, "random": random}
+                "tags": tags, "random": used}
     if precision:
         metadata["below_float64"] = precision["below_float64"]
     return Trace(tensors, metadata=metadata)
@@ -139,6 +141,8 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     that module, forward and backward. The Report's ``ranking`` lists modules by their own
     worst ratio / limit, the module most wrong by itself first; ``str(report)`` starts
     with it. The truth's runs stay float64 as in ``capture.run_fwd_bwd`` (``float64_truth``).
+    Modules that draw random numbers as they stand (dropout in training mode) are not
+    judged (could not judge) unless ``shared_randomness=REASON`` says why the draws match.
     ``judge_options`` are those of ``judge()``."""
     _precision.check_mode(float64_truth)
     for m in (model_test, model_ref):

@@ -160,13 +160,17 @@ def test_cli_refuses_random_runs_unless_declared(tmp_path, cli):
 def test_isolate_of_a_model_drawing_random_numbers_could_not_judge():
     """Isolation's runs each draw their own dropout masks: even a model against itself is
     not a judgement (it said ALIGNED before, each module within its own noise)."""
+    model = _dropout_net().train()
     import torch
     from numalign.capture import isolate
     x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
-    model = _dropout_net().train()
     report = isolate(model, model, (x,), torch.bfloat16)
     assert report.exit_code == 2 and not report.aligned
     assert "random" in report.could_not_judge[0] and "eval()" in report.could_not_judge[0]
     judged = isolate(model, model, (x,), torch.bfloat16, shared_randomness="a model against itself")
     assert judged.could_not_judge == []
-    assert isolate(model.eval(), model, (x,), torch.bfloat16).aligned
+    # Only the modules isolate reruns count: the Linear alone draws nothing.
+    alone = isolate(model, model, (x,), torch.bfloat16, modules="0")
+    assert alone.could_not_judge == [] and alone.aligned
+    model.eval()
+    assert isolate(model, model, (x,), torch.bfloat16).aligned
