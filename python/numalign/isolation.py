@@ -87,22 +87,34 @@ def _run_calls(copied, calls, dtype, device):
         module.zero_grad(set_to_none=True)
         a, kw = _cast((args, kwargs), dtype, device)
         base = path if k == 0 else f"{path}#{k}"
-        out = module(*a, **kw)
-        outs = _tensors_of(out, {})
-        for suffix, t in outs.items():
-            keep(f"{base}.out{suffix}", t, path, "output")
-        grads = calls.grad_out.get((path, k), {})
-        pairs = [(t, grads[s]) for s, t in outs.items() if s in grads and t.requires_grad]
-        if pairs:
-            torch.autograd.backward([t for t, _ in pairs], [g.to(t.dtype) for t, g in pairs])
-            # Named as trace_model names them: positional inputs by index, keyword ones by name.
-            for suffix, x in _tensors_of(_call_values(a, kw), {}).items():
-                if x.grad is not None:
-                    keep(f"{base}.grad{suffix}", x.grad, path, "grad")
-            for pname, p in module.named_parameters():
-                if p.grad is not None:
-                    keep(f"{base}.grad.param.{pname}", p.grad, path, "param-grad")
+        try:
+            _run_call(module, a, kw, calls.grad_out.get((path, k), {}), base, path, keep)
+        except Exception as e:
+            raise RuntimeError(
+                f"isolate could not run {base!r} ({type(module).__name__}) on its own in "
+                f"{str(dtype).replace('torch.', '')}: {e} (leave it out with modules=[...] "
+                "globs that do not match it)") from e
     return tensors, tags
+
+
+def _run_call(module, a, kw, grads, base, path, keep):
+    """One call on its own: forward, then backward from the gradients its outputs received
+    in the truth run ({output suffix: gradient}), keeping what it computed."""
+    out = module(*a, **kw)
+    outs = _tensors_of(out, {})
+    for suffix, t in outs.items():
+        keep(f"{base}.out{suffix}", t, path, "output")
+    pairs = [(t, grads[s]) for s, t in outs.items() if s in grads and t.requires_grad]
+    if not pairs:
+        return
+    torch.autograd.backward([t for t, _ in pairs], [g.to(t.dtype) for t, g in pairs])
+    # Named as trace_model names them: positional inputs by index, keyword ones by name.
+    for suffix, x in _tensors_of(_call_values(a, kw), {}).items():
+        if x.grad is not None:
+            keep(f"{base}.grad{suffix}", x.grad, path, "grad")
+    for pname, p in module.named_parameters():
+        if p.grad is not None:
+            keep(f"{base}.grad.param.{pname}", p.grad, path, "param-grad")
 
 
 def _record_calls(model, inputs, globs, device, mode, seed):

@@ -82,3 +82,22 @@ def test_each_call_of_a_shared_module_is_isolated():
     names = {t["name"] for t in report.tensors}
     assert {"lin.out", "lin#1.out", "lin.grad", "lin#1.grad", "lin#1.grad.param.weight"} <= names
     assert report.aligned
+
+
+def test_a_module_that_cannot_run_on_its_own_is_named():
+    class InPlace(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = torch.nn.Linear(4, 4)
+            self.act = torch.nn.ReLU(inplace=True)  # changes its own input: a leaf, run alone
+
+        def forward(self, x):
+            return self.act(self.lin(x))
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(11))
+    import pytest
+    with pytest.raises(RuntimeError, match=r"'act' \(ReLU\).*on its own.*modules=") as caught:
+        isolate(InPlace(), InPlace(), (x,), torch.bfloat16)
+    assert "in-place" in str(caught.value), "torch's own reason is kept"
+    assert isolate(InPlace(), InPlace(), (x,), torch.bfloat16, modules="lin").aligned
