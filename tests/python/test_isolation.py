@@ -3,6 +3,7 @@ it, so a module is ranked by its own error, not by what it inherited."""
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import numalign
@@ -96,7 +97,6 @@ def test_a_module_that_cannot_run_on_its_own_is_named():
             return self.act(self.lin(x))
 
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(11))
-    import pytest
     with pytest.raises(RuntimeError, match=r"'act' \(ReLU\).*on its own.*modules=") as caught:
         isolate(InPlace(), InPlace(), (x,), torch.bfloat16)
     assert "in-place" in str(caught.value), "torch's own reason is kept"
