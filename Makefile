@@ -7,7 +7,7 @@ APT_PACKAGES := build-essential cmake ninja-build libgtest-dev libsimdjson-dev l
   clang-14 libclang-rt-14-dev chromium
 .PHONY: deps deps-apt deps-python build install-python stubs wheel-check package-check demo test test-cpp \
   test-sanitize \
-  test-python build-fuzz fuzz fuzz-smoke bench bench-smoke format format-check clean
+  test-python build-fuzz fuzz fuzz-smoke bench bench-smoke study study-smoke format format-check clean
 
 deps: deps-apt deps-python
 
@@ -98,7 +98,8 @@ fuzz-smoke: build-fuzz
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
 
-test: format-check test-cpp package-check test-sanitize fuzz-smoke test-python wheel-check bench-smoke
+test: format-check test-cpp package-check test-sanitize fuzz-smoke test-python wheel-check bench-smoke \
+  study-smoke
 
 # The benchmark of docs/benchmarks.md: about 15 GB of traces under $(BUILD)/bench/data (and
 # 0.5 GB of a million small tensors under $(BUILD)/bench/many_tensors),
@@ -129,6 +130,17 @@ bench-smoke: build install-python
 	  | grep '| transposed |' >/dev/null
 	@set -o pipefail; $(PY) bench/many_tensors.py --build $(BUILD) --out $(BUILD)/bench-smoke/many_tensors --count 2000 \
 	  --repeat 1 | grep '| html |' >/dev/null
+
+# The rule study (docs/rule_study.md, docs/rule_study.svg): false alarms and detection of every
+# rule on a labelled corpus of correct and buggy kernels (study/); about a minute on 2 cores.
+study: install-python
+	@$(PY) study/study.py
+
+# In `make test`: the study at its small size, written under $(BUILD), so that it keeps working.
+study-smoke: install-python
+	@$(PY) study/study.py --small --out $(BUILD)/study-smoke >/dev/null 2>&1 \
+	  || { $(PY) study/study.py --small --out $(BUILD)/study-smoke; exit 1; }
+	@grep -q '| assert_close defaults |' $(BUILD)/study-smoke/rule_study.md
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
