@@ -24,7 +24,7 @@ class Linear(torch.nn.Module):
 
 
 x = torch.randn(16, 64, generator=torch.Generator().manual_seed(1))
-truth = capture.run_fwd_bwd(Linear(), (x,), torch.float64)
+truth = capture.run_fwd_bwd(Linear(), (x,), torch.float64, truth_of=torch.bfloat16)
 ref = capture.run_fwd_bwd(Linear(), (x,), torch.bfloat16)
 print(numalign.judge(capture.run_fwd_bwd(Linear("chunked"), (x,), torch.bfloat16), ref, truth))
 print(numalign.judge(capture.run_fwd_bwd(Linear("dropped"), (x,), torch.bfloat16), ref, truth))

@@ -333,6 +333,27 @@ void refuse_different_backward_starts(const TraceMetadata* mt, const TraceMetada
   }
 }
 
+// The truth must compute on the values the runs hold (their inputs, parameters and upstream
+// gradient rounded to their dtype): else the rounding of the inputs, which ref and test share,
+// counts as ref's error and widens the allowance. Said of truths numalign's capture made (they
+// record their upstream gradient); a file from elsewhere says nothing of its values.
+void warn_truth_on_other_values(const TraceMetadata& truth, const TraceMetadata& ref,
+                                Report& report) {
+  if (truth.upstream_gradient.empty() || truth.dtype_recipe != "float64" ||
+      ref.dtype_recipe.empty() || ref.dtype_recipe == "float64" ||
+      truth.truth_of == ref.dtype_recipe)
+    return;
+  report.warnings.push_back(
+      truth.truth_of.empty()
+          ? "the truth computed on inputs, parameters and an upstream gradient that ref ('" +
+                ref.dtype_recipe +
+                "') never held: their rounding, shared by ref and test, widens the allowance and "
+                "can hide errors several times larger (capture the truth with truth_of=the runs' "
+                "dtype)"
+          : "the truth computed on values rounded to '" + truth.truth_of + "', but ref ran '" +
+                ref.dtype_recipe + "': capture it with truth_of=the runs' dtype");
+}
+
 }  // namespace
 
 void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
@@ -397,6 +418,7 @@ void add_metadata_warnings(const TraceMetadata* mt, const TraceMetadata* mr,
     report.warnings.push_back("truth has the same precision recipe as ref ('" + mr->dtype_recipe +
                               "'): it is no higher-precision truth");
   }
+  if (mu && mr) warn_truth_on_other_values(*mu, *mr, report);
 }
 
 std::vector<TensorTriple> pair_tensors(const Trace& test, const Trace& ref, const Trace* truth,

@@ -660,6 +660,7 @@ std::string TraceMetadata::to_json() const {
   }
   if (seed) w.key("seed").raw(std::to_string(*seed));
   str("upstream_gradient", upstream_gradient);
+  str("truth_of", truth_of);
   if (!order.empty()) {
     w.key("order").begin_array();
     for (const auto& n : order) w.string(n);
@@ -762,6 +763,8 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
       m.fingerprints = string_map(f.value, k);
     else if (k == "upstream_gradient")
       m.upstream_gradient = need_string(f.value, k);
+    else if (k == "truth_of")
+      m.truth_of = need_string(f.value, k);
     else if (k == "seed") {
       std::int64_t s;
       if (f.value.get(s)) fail(where, ctx + ": seed must be an integer");

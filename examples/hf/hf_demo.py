@@ -35,7 +35,7 @@ BUGS = [
 
 
 def judge_runs(test_model, ref_model, x):
-    truth = trace_model(ref_model, x, torch.float64)
+    truth = trace_model(ref_model, x, torch.float64, truth_of=torch.bfloat16)
     ref = trace_model(ref_model, x, torch.bfloat16)
     test = trace_model(test_model, x, torch.bfloat16)
     return numalign.judge(test, ref, truth)

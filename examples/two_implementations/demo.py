@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     x = fused_llama.example_inputs()
     test = trace_model(fused, x, torch.bfloat16)
     ref = trace_model(hf, x, torch.bfloat16)
-    truth = trace_model(hf, x, torch.float64)
+    truth = trace_model(hf, x, torch.float64, truth_of=torch.bfloat16)
     print(f"test:  FusedLlama, bug planted in layer {BUG_LAYER}'s {BUG_PART}, bfloat16 "
           f"({len(test)} tensors)")
     print(f"ref:   HF LlamaForCausalLM, bfloat16 ({len(ref)} tensors)")
@@ -127,7 +127,7 @@ def drill_down(fused, hf, x) -> bool:
 
     test = trace_ops(fused, x, torch.bfloat16, modules=[PORT_MODULE])
     ref = trace_ops(hf, x, torch.bfloat16, modules=HF_PROJECTIONS)
-    truth = trace_ops(hf, x, torch.float64, modules=HF_PROJECTIONS)
+    truth = trace_ops(hf, x, torch.float64, modules=HF_PROJECTIONS, truth_of=torch.bfloat16)
     port_ops = [n for n in test.metadata["order"] if n.startswith(PORT_MODULE + "/aten.")]
     print(f"\ndrilling into {PORT_MODULE} with trace_ops: the port runs {', '.join(port_ops)}; "
           f"HF's {BUG_PART}_proj runs {HF_PROJECTIONS[1]}/aten.mm#0 alone")

@@ -39,6 +39,9 @@ struct TraceMetadata {
   // How the upstream gradient of the backward pass was drawn (upstream_gradient.hpp); empty
   // in traces made before it was recorded.
   std::string upstream_gradient;
+  // A truth's: the dtype recipe of the runs whose values (inputs, parameters, upstream
+  // gradient, rounded to it and widened) it computed on; empty for a truth on other values.
+  std::string truth_of;
   std::vector<std::string> order;                                  // execution order of the tensors
   std::map<std::string, std::map<std::string, std::string>> tags;  // name -> {module, kind}
   std::map<std::string, std::string> fingerprints;                 // input -> hash

@@ -8,6 +8,7 @@ import fnmatch
 import hashlib
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from . import _core, _precision
 from ._tensors import flatten, map_tensors
@@ -26,23 +27,48 @@ def tf32_off():
         torch.backends.cudnn.allow_tf32 = cudnn
 
 
-def _cast(x, dtype, device):
+def _held_as(t, dtype, values_of=None):
+    """A floating tensor in ``dtype``; with ``values_of`` (a truth's), first rounded to that
+    dtype, as the run under judgement holds it, then widened (exactly, to float64). The
+    rounding is the truth's input, not its computation: the float64 watch of a truth run
+    (_precision.py), which would keep the cast float64, does not see it."""
+    if values_of is None:
+        return t.to(dtype)
+    with _disable_current_modes():
+        return t.to(values_of).to(dtype)
+
+
+def _cast(x, dtype, device, values_of=None):
     def leaf(t):
         y = t.detach().to(device)
         if y.is_floating_point():
-            y = y.to(dtype)
+            y = _held_as(y, dtype, values_of)
         return y.requires_grad_(y.is_floating_point())
     return map_tensors(x, leaf)
 
 
-def _upstream_grad(out: torch.Tensor, name: str, seed: int) -> torch.Tensor:
+def check_truth_of(dtype, truth_of):
+    """``truth_of`` names the dtype of the runs a float64 truth judges; a run in that dtype
+    itself may name it too (then nothing changes), so one call makes all three runs."""
+    if truth_of is None:
+        return
+    if not (isinstance(truth_of, torch.dtype) and truth_of.is_floating_point):
+        raise ValueError(f"truth_of must be the floating dtype of the runs judged against this "
+                         f"truth (torch.bfloat16, ...), got {truth_of!r}")
+    if dtype not in (torch.float64, truth_of):
+        raise ValueError(f"truth_of={truth_of} is for the float64 truth of {truth_of} runs (or a "
+                         f"{truth_of} run itself), not a {str(dtype).replace('torch.', '')} run")
+
+
+def _upstream_grad(out: torch.Tensor, name: str, seed: int, values_of=None) -> torch.Tensor:
     """A fixed gradient per output, drawn by the core from (seed, name) in float32 (uniform,
     unit variance; see numalign/upstream_gradient.hpp) and cast, so every precision's run,
-    on every machine, receives the same one (recorded as ``UPSTREAM_GRADIENT``)."""
+    on every machine, receives the same one (recorded as ``UPSTREAM_GRADIENT``); a truth's
+    (``values_of``) is the one its runs receive, widened."""
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
     values = torch.from_numpy(_core.upstream_gradient(int.from_bytes(digest[:8], "little"),
                                                       out.numel()))
-    return values.reshape(out.shape).to(device=out.device, dtype=out.dtype)
+    return _held_as(values.reshape(out.shape).to(out.device), out.dtype, values_of)
 
 
 UPSTREAM_GRADIENT = _core.UPSTREAM_GRADIENT_RECIPE
@@ -52,17 +78,22 @@ def _as_args(inputs):
     return inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
 
 
-def _module_copy(module, dtype, device, float64_truth="keep"):
+def _module_copy(module, dtype, device, float64_truth="keep", values_of=None):
     """A deep copy of ``module`` with its floating parameters cast: the caller's model is
     left untouched. Each parameter is cast straight from the original (the deep copy is
     handed the cast one), so its data is copied once, not copied and then cast; tied
     parameters stay tied. A float64 copy whose truth is kept float64 (``float64_truth``
-    "keep", see _precision.py) has its floating buffers cast to float64 too."""
+    "keep", see _precision.py) has its floating buffers cast to float64 too; with
+    ``values_of``, its parameters are those of a ``values_of`` run, widened (buffers stay in
+    their own dtype in every run, so widening them is already what such a run holds)."""
     memo = {}
     for p in module.parameters():  # each shared parameter once
         if id(p) not in memo:
-            data = p.detach().to(device=device, dtype=dtype if p.is_floating_point() else None,
-                                 copy=True)
+            data = p.detach()
+            if p.is_floating_point() and values_of is not None:
+                data = data.to(device=device, dtype=values_of)
+            data = data.to(device=device, dtype=dtype if p.is_floating_point() else None,
+                           copy=True)
             memo[id(p)] = torch.nn.Parameter(data, requires_grad=p.requires_grad)
     copied = copy.deepcopy(module, memo).to(device)
     copied.zero_grad(set_to_none=True)
@@ -105,14 +136,15 @@ def watch_randomness(module, within=None):
                           if name not in before or not torch.equal(state, before[name])]
 
 
-def _forward_backward(call, args, seed):
-    """Runs forward, then backward with fixed upstream gradients; returns {out name: tensor}."""
+def _forward_backward(call, args, seed, values_of=None):
+    """Runs forward, then backward with fixed upstream gradients (a truth's, ``values_of``, as
+    its runs hold them); returns {out name: tensor}."""
     result = call(**args) if isinstance(args, dict) else call(*args)
     outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
     grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
     if grads_for:
         torch.autograd.backward([o for _, o in grads_for],
-                                [_upstream_grad(o, n, seed) for n, o in grads_for])
+                                [_upstream_grad(o, n, seed, values_of) for n, o in grads_for])
     return outputs
 
 

@@ -10,23 +10,25 @@ import torch
 from . import _precision
 from ._module_hooks import ModuleRecorder, RecordingBudgetExceeded  # noqa: F401 (raised here)
 from ._op_hooks import OpRecorder
-from ._runs import (UPSTREAM_GRADIENT, _as_args, _cast, _forward_backward, _module_copy, tf32_off,
-                    watch_randomness)
+from ._runs import (UPSTREAM_GRADIENT, _as_args, _cast, _forward_backward, _module_copy,
+                    check_truth_of, tf32_off, watch_randomness)
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
 
 
-def _prepare(fn, inputs, dtype, device, float64_truth="keep"):
-    """(callable, module copy or None, cast inputs, fingerprints of inputs and parameters)."""
+def _prepare(fn, inputs, dtype, device, float64_truth="keep", truth_of=None):
+    """(callable, module copy or None, cast inputs, fingerprints of inputs and parameters); a
+    truth's (``truth_of``) inputs and parameters are its runs' values, widened."""
+    check_truth_of(dtype, truth_of)
     inputs_list = _as_args(inputs)
     fingerprints = {f"input.{k}": fingerprint(v) for k, v in flatten(inputs_list).items()
                     if isinstance(v, torch.Tensor)}
     module = None
     if isinstance(fn, torch.nn.Module):
         fingerprints.update({f"param.{name}": fingerprint(p) for name, p in fn.named_parameters()})
-        module = fn = _module_copy(fn, dtype, device, float64_truth)
-    return fn, module, _cast(inputs_list, dtype, device), fingerprints
+        module = fn = _module_copy(fn, dtype, device, float64_truth, truth_of)
+    return fn, module, _cast(inputs_list, dtype, device, truth_of), fingerprints
 
 
 def _truth_watch(module, dtype, mode):
@@ -51,7 +53,7 @@ def _end_grads(args, module):
 
 
 def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=None,
-              not_recorded=None, precision=None):
+              not_recorded=None, precision=None, truth_of=None):
     meta = {
         "dtype_recipe": str(dtype).replace("torch.", ""),
         "device": str(device),
@@ -65,6 +67,8 @@ def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=Non
         "fingerprints": fingerprints,
         "random": random,
     }
+    if truth_of is not None and dtype == torch.float64:  # a truth on its runs' values
+        meta["truth_of"] = str(truth_of).replace("torch.", "")
     if inputs:
         meta["inputs"] = inputs
     if not_recorded:
@@ -82,30 +86,37 @@ def _kind_of(name):
 
 
 def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
-                float64_truth: str = "keep") -> Trace:
+                float64_truth: str = "keep", truth_of=None) -> Trace:
     """Runs ``fn(*inputs)`` (or ``fn(**inputs)`` for a dict) in ``dtype`` on ``device``, then
     backward with fixed upstream gradients; returns a Trace of ``out.*``, ``grad.input.*`` and
     ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched.
     A float64 run is a truth and stays float64: with ``float64_truth="keep"`` casts down
     inside it (``.float()``, ``dtype=torch.float32``) compute in float64 and floating buffers
     are float64; ``"watch"`` runs the code as written. Either way the trace records where it
-    still computed in less than float64 (``below_float64``), and the judge warns."""
-    call, module, args, fingerprints = _prepare(fn, inputs, dtype, device, float64_truth)
+    still computed in less than float64 (``below_float64``), and the judge warns.
+    ``truth_of`` (the dtype of the runs this truth judges, e.g. ``torch.bfloat16``): the truth
+    computes on what those runs hold, its inputs, parameters and upstream gradient rounded to
+    that dtype and widened exactly, so that the rounding they share is no part of the
+    allowance; the judge warns when a truth for lower-precision runs was made without it. A
+    run in ``truth_of`` itself may be given it too (it changes nothing there)."""
+    call, module, args, fingerprints = _prepare(fn, inputs, dtype, device, float64_truth,
+                                                truth_of)
     with tf32_off():
         with watch_randomness(module) as random, _truth_watch(module, dtype, float64_truth) as precision:
-            outputs = _forward_backward(call, args, seed)
+            outputs = _forward_backward(call, args, seed, truth_of)
         tensors = {n: o.detach() for n, o in outputs.items()}
         tensors.update(_end_grads(args, module))
         # Everything here is computed from the run's own inputs (the same in every run, as
         # their fingerprints check): a failing tensor makes the function itself the culprit.
         metadata = _metadata(dtype, device, seed, fingerprints, list(tensors),
                              {n: {"kind": _kind_of(n)} for n in tensors}, random,
-                             {n: [] for n in tensors}, precision=precision)
+                             {n: [] for n in tensors}, precision=precision, truth_of=truth_of)
     return Trace(tensors, metadata=metadata)
 
 
 def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=None,
-                device="cpu", float64_truth: str = "keep", memory_budget=None) -> Trace:
+                device="cpu", float64_truth: str = "keep", memory_budget=None,
+                truth_of=None) -> Trace:
     """Runs ``model`` forward and backward like ``run_fwd_bwd`` and records every selected
     submodule on the way: its inputs (``PATH.in``), outputs (``PATH.out``), the gradients it
     passes upstream (``PATH.grad``) and those it received (``PATH.grad_out``); a module
@@ -118,24 +129,25 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     trace is held in memory up to ``memory_budget`` bytes (default half of the memory
     available when the call starts), past which it stops with RecordingBudgetExceeded
     rather than exhaust the machine. A float64 run stays float64 as in ``run_fwd_bwd``
-    (``float64_truth``)."""
+    (``float64_truth``), and computes on its runs' values with ``truth_of``."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
-    call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth)
+    call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth,
+                                                truth_of)
     recorder = ModuleRecorder(module, modules, save_to, memory_budget)
     return _record_run(recorder, contextlib.nullcontext(), call, module, args, fingerprints,
-                       dtype, device, seed, float64_truth)
+                       dtype, device, seed, float64_truth, truth_of)
 
 
 def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, seed,
-                float64_truth) -> Trace:
+                float64_truth, truth_of) -> Trace:
     """Runs forward and backward with ``recorder``'s hooks (and ``ops``, entered inside the
     truth's watch, so that it sees each op as the model called it) and returns the trace."""
     try:
         with tf32_off(), recorder.hooked():
             with watch_randomness(module) as random, \
                     _truth_watch(module, dtype, float64_truth) as precision, ops:
-                outputs = _forward_backward(call, args, seed)
+                outputs = _forward_backward(call, args, seed, truth_of)
             # The model's own results and input gradients: computed by its code (outside
             # every submodule) from the run's inputs, the same in every run.
             for n, o in outputs.items():
@@ -146,7 +158,7 @@ def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, 
                     recorder.record(n, g, module="", kind="input-grad", inputs=[])
             recorder.record_param_grads({n: g for n, g in grads.items() if n.startswith("grad.param.")})
             metadata = _metadata(dtype, device, seed, fingerprints, recorder.order, recorder.tags,
-                                 random, recorder.inputs, recorder.skipped, precision)
+                                 random, recorder.inputs, recorder.skipped, precision, truth_of)
     except BaseException:
         recorder.abort()
         raise
@@ -154,7 +166,8 @@ def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, 
 
 
 def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
-              float64_truth: str = "keep", save_to=None, memory_budget=None) -> Trace:
+              float64_truth: str = "keep", save_to=None, memory_budget=None,
+              truth_of=None) -> Trace:
     """Records what ``trace_model(..., modules=modules)`` records and, inside the selected
     modules, every ATen op's floating outputs, forward (``MODULE/aten.OP#k``, k its place
     in that module call's op sequence) and backward (``MODULE/grad/aten.OP#k``), each
@@ -171,10 +184,11 @@ def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
         raise TypeError(f"trace_ops needs a torch.nn.Module, got {type(model).__name__}")
     if modules is None or (not isinstance(modules, str) and not list(modules)):
         raise ValueError("trace_ops needs modules=[globs]: the modules to record op by op")
-    call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth)
+    call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth,
+                                                truth_of)
     recorder = OpRecorder(module, modules, save_to, memory_budget)
     if not recorder.selected:
         recorder.abort()
         raise ValueError(f"trace_ops: no submodule of the model matches modules={modules!r}")
     return _record_run(recorder, recorder.ops(), call, module, args, fingerprints, dtype,
-                       device, seed, float64_truth)
+                       device, seed, float64_truth, truth_of)

@@ -11,8 +11,8 @@ import torch
 
 from ._module_hooks import _call_values, _tensors_of, watch_gradients
 from . import _precision
-from ._runs import (_as_args, _cast, _forward_backward, _module_copy, selected_modules, tf32_off,
-                    watch_randomness)
+from ._runs import (_as_args, _cast, _forward_backward, _held_as, _module_copy, selected_modules,
+                    tf32_off, watch_randomness)
 from ._tensors import is_hf_cache
 from .api import _judge
 from .report import Report
@@ -62,19 +62,20 @@ class _Calls:
         return handles
 
 
-def _run_isolated(model, calls, dtype, device, mode):
+def _run_isolated(model, calls, dtype, device, mode, values_of=None):
     """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags, for
-    float64 the truth's precision record (see _precision.py), and the randomness it used."""
-    copied = _module_copy(model, dtype, device, mode)
+    float64 the truth's precision record (see _precision.py), and the randomness it used. The
+    truth's (``values_of``: its runs' dtype) computes on its runs' values, widened."""
+    copied = _module_copy(model, dtype, device, mode, values_of)
     watch = (_precision.float64_truth(copied, mode) if dtype == torch.float64
              else contextlib.nullcontext())
     called = sorted({path for path, *_ in calls.calls})
     with watch_randomness(copied, within=called) as used, watch as precision:
-        tensors, tags = _run_calls(copied, calls, dtype, device)
+        tensors, tags = _run_calls(copied, calls, dtype, device, values_of)
     return tensors, tags, precision, used
 
 
-def _run_calls(copied, calls, dtype, device):
+def _run_calls(copied, calls, dtype, device, values_of=None):
     by_path = dict(copied.named_modules())
     tensors, tags = {}, {}
 
@@ -85,10 +86,11 @@ def _run_calls(copied, calls, dtype, device):
     for path, k, args, kwargs in calls.calls:
         module = by_path[path]
         module.zero_grad(set_to_none=True)
-        a, kw = _cast((args, kwargs), dtype, device)
+        a, kw = _cast((args, kwargs), dtype, device, values_of)
         base = path if k == 0 else f"{path}#{k}"
         try:
-            _run_call(module, a, kw, calls.grad_out.get((path, k), {}), base, path, keep)
+            _run_call(module, a, kw, calls.grad_out.get((path, k), {}), base, path, keep,
+                      values_of)
         except Exception as e:
             raise RuntimeError(
                 f"isolate could not run {base!r} ({type(module).__name__}) on its own in "
@@ -97,9 +99,10 @@ def _run_calls(copied, calls, dtype, device):
     return tensors, tags
 
 
-def _run_call(module, a, kw, grads, base, path, keep):
+def _run_call(module, a, kw, grads, base, path, keep, values_of=None):
     """One call on its own: forward, then backward from the gradients its outputs received
-    in the truth run ({output suffix: gradient}), keeping what it computed."""
+    in the truth run ({output suffix: gradient}; a truth's as its runs hold them), keeping what
+    it computed."""
     out = module(*a, **kw)
     outs = _tensors_of(out, {})
     for suffix, t in outs.items():
@@ -107,7 +110,8 @@ def _run_call(module, a, kw, grads, base, path, keep):
     pairs = [(t, grads[s]) for s, t in outs.items() if s in grads and t.requires_grad]
     if not pairs:
         return
-    torch.autograd.backward([t for t, _ in pairs], [g.to(t.dtype) for t, g in pairs])
+    torch.autograd.backward([t for t, _ in pairs],
+                            [_held_as(g, t.dtype, values_of) for t, g in pairs])
     # Named as trace_model names them: positional inputs by index, keyword ones by name.
     for suffix, x in _tensors_of(_call_values(a, kw), {}).items():
         if x.grad is not None:
@@ -117,32 +121,37 @@ def _run_call(module, a, kw, grads, base, path, keep):
             keep(f"{base}.grad.param.{pname}", p.grad, path, "param-grad")
 
 
-def _record_calls(model, inputs, globs, device, mode, seed):
-    """One float64 forward and backward of ``model``: every call of the selected modules,
-    with the truth's inputs to it and the gradients its outputs received (_Calls)."""
-    copied = _module_copy(model, torch.float64, device, mode)
-    args = _cast(_as_args(inputs), torch.float64, device)
+def _record_calls(model, inputs, globs, device, mode, seed, values_of=None):
+    """One float64 forward and backward of ``model`` on the inputs, parameters and upstream
+    gradient of its ``values_of`` runs, widened: every call of the selected modules, with the
+    truth's inputs to it and the gradients its outputs received (_Calls)."""
+    copied = _module_copy(model, torch.float64, device, mode, values_of)
+    args = _cast(_as_args(inputs), torch.float64, device, values_of)
     calls = _Calls(copied, globs)
     handles = calls.hooks()
     try:
         with tf32_off(), _precision.float64_truth(copied, mode):
-            _forward_backward(copied, args, seed)
+            _forward_backward(copied, args, seed, values_of)
     finally:
         for h in handles:
             h.remove()
     return calls
 
 
-def _isolated_trace(model, calls, dtype, device, mode):
-    """The trace of one role: every recorded call of ``model`` rerun on its own in ``dtype``."""
+def _isolated_trace(model, calls, dtype, device, mode, values_of=None):
+    """The trace of one role: every recorded call of ``model`` rerun on its own in ``dtype``
+    (the truth's on the values of its ``values_of`` runs)."""
     with tf32_off():
-        tensors, tags, precision, used = _run_isolated(model, calls, dtype, device, mode)
+        tensors, tags, precision, used = _run_isolated(model, calls, dtype, device, mode,
+                                                       values_of)
     # A run that drew random numbers computes on draws no other run shares: the judge then
     # cannot judge (fail closed), as for trace_model's runs.
     metadata = {"dtype_recipe": str(dtype).replace("torch.", ""), "order": list(tensors),
                 "tags": tags, "random": used}
     if precision:
         metadata["below_float64"] = precision["below_float64"]
+    if values_of is not None:
+        metadata["truth_of"] = str(values_of).replace("torch.", "")
     return Trace(tensors, metadata=metadata)
 
 
@@ -167,10 +176,12 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
                          f"{past[0]!r} is a cache of earlier tokens, which a module run alone "
                          "cannot use: pass the whole sequence and no cache")
     # No fingerprints here: the three runs are made from one set of inputs, in this call.
-    calls = _record_calls(model_ref, inputs, modules, device, float64_truth, seed)
-    runs = {role: _isolated_trace(model, calls, role_dtype, device, float64_truth)
-            for role, model, role_dtype in (("truth", model_ref, torch.float64),
-                                            ("ref", model_ref, dtype), ("test", model_test, dtype))}
+    # The truth sees what the runs see: the inputs, parameters and gradients they hold.
+    calls = _record_calls(model_ref, inputs, modules, device, float64_truth, seed, dtype)
+    runs = {role: _isolated_trace(model, calls, role_dtype, device, float64_truth, values_of)
+            for role, model, role_dtype, values_of in (
+                ("truth", model_ref, torch.float64, dtype), ("ref", model_ref, dtype, None),
+                ("test", model_test, dtype, None))}
     # No first divergence here, where no module sees another's output: the core ranks the
     # modules by their own worst tensor instead.
     return _judge(runs["test"], runs["ref"], runs["truth"], module_ranking=True, **judge_options)

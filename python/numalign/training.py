@@ -63,13 +63,14 @@ def _train(model, named, optimizer_fn, loss_fn, batch, steps, record_loss):
 
 
 def _single_process_runs(model_fn, optimizer_fn, loss_fn, batch, dtype, steps, seed):
-    """The reference (``dtype``) and the truth (float64), each on the whole batch."""
+    """The reference (``dtype``) and the truth (float64), each on the whole batch. The truth
+    starts from what the runs hold: the weights, buffers and batch cast to ``dtype``, widened."""
     runs = []
     for run_dtype in (dtype, torch.float64):
         torch.manual_seed(seed)
-        model = model_fn().to(run_dtype)
-        runs.append(_train(model, model, optimizer_fn, loss_fn, _cast(batch, run_dtype), steps,
-                           lambda loss: loss))
+        model = model_fn().to(dtype).to(run_dtype)
+        runs.append(_train(model, model, optimizer_fn, loss_fn,
+                           _cast(_cast(batch, dtype), run_dtype), steps, lambda loss: loss))
     return runs
 
 

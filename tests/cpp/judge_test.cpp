@@ -103,6 +103,28 @@ TEST_F(JudgeTest, TruthAtRefsPrecisionIsFlagged) {
   EXPECT_TRUE(warned(r, "no higher-precision truth"));
 }
 
+// A truth numalign captured must compute on the values its runs hold (truth_of, their dtype):
+// one made on unrounded values, or on another dtype's, is named; a file from elsewhere (no
+// upstream gradient recorded) says nothing of its values and is not.
+TEST_F(JudgeTest, TruthOnValuesTheRunsNeverHeldIsFlagged) {
+  auto truth = [](const std::string& of, const std::string& recipe) {
+    TraceMetadata m = meta("float64", "a");
+    m.upstream_gradient = recipe;
+    m.truth_of = of;
+    return m;
+  };
+  const std::string now(kUpstreamGradientRecipe);
+  const TraceMetadata bf16 = meta("bfloat16", "a");
+  EXPECT_TRUE(warned(judge_files(bf16, bf16, truth("", now)), "that ref ('bfloat16') never held"));
+  EXPECT_TRUE(warned(judge_files(bf16, bf16, truth("float16", now)),
+                     "rounded to 'float16', but ref ran 'bfloat16'"));
+  const char* any = "the truth computed on";
+  EXPECT_FALSE(warned(judge_files(bf16, bf16, truth("bfloat16", now)), any));
+  EXPECT_FALSE(warned(judge_files(bf16, bf16, truth("", "")), any));
+  const TraceMetadata f64 = meta("float64", "a");
+  EXPECT_FALSE(warned(judge_files(f64, f64, truth("", now)), any));
+}
+
 // Backward passes that started from different upstream gradients compute different
 // gradients by design: the run cannot be judged, whatever its tensors say.
 TEST_F(JudgeTest, BackwardPassesFromDifferentUpstreamGradientsCannotBeJudged) {
