@@ -18,14 +18,13 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 void fill_upstream_gradient(std::uint64_t key, float* out, std::size_t n) {
   const std::uint64_t stream = splitmix64(key);
-  constexpr float kStep = 1.0f / 8388608.0f;  // 2^-23
-  // sqrt(3) rounded to float32: unit variance, as torch.randn's draws had, so that absolute
-  // tolerances weigh on gradients as they did.
-  constexpr float kScale = 1.7320508f;
+  constexpr std::uint64_t kCount = 2 * kUpstreamGradientLevels + 1;
   for (std::size_t i = 0; i < n; ++i) {
-    // The top 24 bits, centred: an integer in [-2^23, 2^23), exact in float32.
-    const auto k = static_cast<std::int32_t>(splitmix64(stream + i) >> 40) - 8388608;
-    out[i] = static_cast<float>(k) * kStep * kScale;  // one float32 rounding, by IEEE 754
+    // The top 32 bits scaled to [0, kCount) (multiply and shift: no division, no bias worth
+    // naming), centred.
+    const auto k = static_cast<std::int32_t>(((splitmix64(stream + i) >> 32) * kCount) >> 32) -
+                   kUpstreamGradientLevels;
+    out[i] = static_cast<float>(k) / 128.0f;  // exact: |k| < 2^8
   }
 }
 

@@ -23,7 +23,7 @@ def capture(out_dir=None):
     for role, model, dtype in (("truth", reference, torch.float64), ("ref", reference, torch.bfloat16),
                                ("test", test, torch.bfloat16)):
         path = os.path.join(out_dir, f"{role}.safetensors") if out_dir else None
-        runs[role] = trace_model(model, (x,), dtype, save_to=path)
+        runs[role] = trace_model(model, (x,), dtype, save_to=path, truth_of=torch.bfloat16)
     return runs
 
 

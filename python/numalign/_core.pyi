@@ -202,7 +202,7 @@ def fingerprint(tensor: tuple[str, Sequence[int], tuple[int, int, object] | Anno
     A hash of a tensor's dtype, shape and bytes (numalign/fingerprint.hpp).
     """
 
-UPSTREAM_GRADIENT_RECIPE: str = 'uniform-splitmix64'
+UPSTREAM_GRADIENT_RECIPE: str = 'grid128-splitmix64'
 
 def upstream_gradient(key: int, count: int) -> Annotated[NDArray[numpy.float32], dict(shape=(None,))]:
     """

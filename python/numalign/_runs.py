@@ -27,6 +27,11 @@ def tf32_off():
         torch.backends.cudnn.allow_tf32 = cudnn
 
 
+def dtype_name(dtype):
+    """"bfloat16" for torch.bfloat16: how metadata and messages name a dtype."""
+    return str(dtype).replace("torch.", "")
+
+
 def _held_as(t, dtype, values_of=None):
     """A floating tensor in ``dtype``; with ``values_of`` (a truth's), first rounded to that
     dtype, as the run under judgement holds it, then widened (exactly, to float64). The
@@ -49,22 +54,25 @@ def _cast(x, dtype, device, values_of=None):
 
 def check_truth_of(dtype, truth_of):
     """``truth_of`` names the dtype of the runs a float64 truth judges; a run in that dtype
-    itself may name it too (then nothing changes), so one call makes all three runs."""
+    itself may name it too (then nothing changes), so one call makes all three runs. Returns
+    the dtype whose values the run computes on: ``truth_of`` for the truth, else None."""
     if truth_of is None:
-        return
+        return None
     if not (isinstance(truth_of, torch.dtype) and truth_of.is_floating_point):
         raise ValueError(f"truth_of must be the floating dtype of the runs judged against this "
                          f"truth (torch.bfloat16, ...), got {truth_of!r}")
     if dtype not in (torch.float64, truth_of):
         raise ValueError(f"truth_of={truth_of} is for the float64 truth of {truth_of} runs (or a "
-                         f"{truth_of} run itself), not a {str(dtype).replace('torch.', '')} run")
+                         f"{truth_of} run itself), not a {dtype_name(dtype)} run")
+    return truth_of if dtype == torch.float64 else None
 
 
 def _upstream_grad(out: torch.Tensor, name: str, seed: int, values_of=None) -> torch.Tensor:
-    """A fixed gradient per output, drawn by the core from (seed, name) in float32 (uniform,
-    unit variance; see numalign/upstream_gradient.hpp) and cast, so every precision's run,
-    on every machine, receives the same one (recorded as ``UPSTREAM_GRADIENT``); a truth's
-    (``values_of``) is the one its runs receive, widened."""
+    """A fixed gradient per output, drawn by the core from (seed, name): values k / 128 with
+    |k| <= 222 (about unit variance; see numalign/upstream_gradient.hpp), which bf16, fp16,
+    float32 and float64 hold exactly, so every run, on every machine and whatever the dtype
+    of its outputs, receives the same one (recorded as ``UPSTREAM_GRADIENT``); a truth's
+    (``values_of``) is rounded as its runs' is where their dtype holds fewer bits (fp8)."""
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
     values = torch.from_numpy(_core.upstream_gradient(int.from_bytes(digest[:8], "little"),
                                                       out.numel()))

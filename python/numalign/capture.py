@@ -11,7 +11,7 @@ from . import _precision
 from ._module_hooks import ModuleRecorder, RecordingBudgetExceeded  # noqa: F401 (raised here)
 from ._op_hooks import OpRecorder
 from ._runs import (UPSTREAM_GRADIENT, _as_args, _cast, _forward_backward, _module_copy,
-                    check_truth_of, tf32_off, watch_randomness)
+                    check_truth_of, dtype_name, tf32_off, watch_randomness)
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
@@ -20,7 +20,6 @@ from .trace import Trace
 def _prepare(fn, inputs, dtype, device, float64_truth="keep", truth_of=None):
     """(callable, module copy or None, cast inputs, fingerprints of inputs and parameters); a
     truth's (``truth_of``) inputs and parameters are its runs' values, widened."""
-    check_truth_of(dtype, truth_of)
     inputs_list = _as_args(inputs)
     fingerprints = {f"input.{k}": fingerprint(v) for k, v in flatten(inputs_list).items()
                     if isinstance(v, torch.Tensor)}
@@ -55,7 +54,7 @@ def _end_grads(args, module):
 def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=None,
               not_recorded=None, precision=None, truth_of=None):
     meta = {
-        "dtype_recipe": str(dtype).replace("torch.", ""),
+        "dtype_recipe": dtype_name(dtype),
         "device": str(device),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
         "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
@@ -68,7 +67,7 @@ def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=Non
         "random": random,
     }
     if truth_of is not None and dtype == torch.float64:  # a truth on its runs' values
-        meta["truth_of"] = str(truth_of).replace("torch.", "")
+        meta["truth_of"] = dtype_name(truth_of)
     if inputs:
         meta["inputs"] = inputs
     if not_recorded:
@@ -99,6 +98,7 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
     that dtype and widened exactly, so that the rounding they share is no part of the
     allowance; the judge warns when a truth for lower-precision runs was made without it. A
     run in ``truth_of`` itself may be given it too (it changes nothing there)."""
+    truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
     call, module, args, fingerprints = _prepare(fn, inputs, dtype, device, float64_truth,
                                                 truth_of)
     with tf32_off():
@@ -130,6 +130,7 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     available when the call starts), past which it stops with RecordingBudgetExceeded
     rather than exhaust the machine. A float64 run stays float64 as in ``run_fwd_bwd``
     (``float64_truth``), and computes on its runs' values with ``truth_of``."""
+    truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
     call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth,
@@ -180,6 +181,7 @@ def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
     model-level judgement pointed at. Views, casts and copies are not recorded (see
     _op_hooks.py for what is, and the limits of ``inputs``). Other arguments as
     ``trace_model``."""
+    truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_ops needs a torch.nn.Module, got {type(model).__name__}")
     if modules is None or (not isinstance(modules, str) and not list(modules)):

@@ -11,8 +11,8 @@ import torch
 
 from ._module_hooks import _call_values, _tensors_of, watch_gradients
 from . import _precision
-from ._runs import (_as_args, _cast, _forward_backward, _held_as, _module_copy, selected_modules,
-                    tf32_off, watch_randomness)
+from ._runs import (_as_args, _cast, _forward_backward, _held_as, _module_copy, dtype_name,
+                    selected_modules, tf32_off, watch_randomness)
 from ._tensors import is_hf_cache
 from .api import _judge
 from .report import Report
@@ -94,7 +94,7 @@ def _run_calls(copied, calls, dtype, device, values_of=None):
         except Exception as e:
             raise RuntimeError(
                 f"isolate could not run {base!r} ({type(module).__name__}) on its own in "
-                f"{str(dtype).replace('torch.', '')}: {e} (leave it out with modules=[...] "
+                f"{dtype_name(dtype)}: {e} (leave it out with modules=[...] "
                 "globs that do not match it)") from e
     return tensors, tags
 
@@ -146,12 +146,12 @@ def _isolated_trace(model, calls, dtype, device, mode, values_of=None):
                                                        values_of)
     # A run that drew random numbers computes on draws no other run shares: the judge then
     # cannot judge (fail closed), as for trace_model's runs.
-    metadata = {"dtype_recipe": str(dtype).replace("torch.", ""), "order": list(tensors),
+    metadata = {"dtype_recipe": dtype_name(dtype), "order": list(tensors),
                 "tags": tags, "random": used}
     if precision:
         metadata["below_float64"] = precision["below_float64"]
     if values_of is not None:
-        metadata["truth_of"] = str(values_of).replace("torch.", "")
+        metadata["truth_of"] = dtype_name(values_of)
     return Trace(tensors, metadata=metadata)
 
 

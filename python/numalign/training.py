@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from . import _core, distributed
+from ._runs import _held_as
 from ._tensors import map_tensors
 from .api import _judge
 from .trace import Trace
@@ -69,8 +70,9 @@ def _single_process_runs(model_fn, optimizer_fn, loss_fn, batch, dtype, steps, s
     for run_dtype in (dtype, torch.float64):
         torch.manual_seed(seed)
         model = model_fn().to(dtype).to(run_dtype)
-        runs.append(_train(model, model, optimizer_fn, loss_fn,
-                           _cast(_cast(batch, dtype), run_dtype), steps, lambda loss: loss))
+        held = map_tensors(batch, lambda t: _held_as(t, run_dtype, dtype)
+                           if t.is_floating_point() else t)
+        runs.append(_train(model, model, optimizer_fn, loss_fn, held, steps, lambda loss: loss))
     return runs
 
 

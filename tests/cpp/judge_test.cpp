@@ -121,8 +121,9 @@ TEST_F(JudgeTest, TruthOnValuesTheRunsNeverHeldIsFlagged) {
   const char* any = "the truth computed on";
   EXPECT_FALSE(warned(judge_files(bf16, bf16, truth("bfloat16", now)), any));
   EXPECT_FALSE(warned(judge_files(bf16, bf16, truth("", "")), any));
-  const TraceMetadata f64 = meta("float64", "a");
+  const TraceMetadata f64 = meta("float64", "a"), f32 = meta("float32", "a");
   EXPECT_FALSE(warned(judge_files(f64, f64, truth("", now)), any));
+  EXPECT_FALSE(warned(judge_files(f32, f32, truth("", now)), any));  // float32 rounds nothing
 }
 
 // Backward passes that started from different upstream gradients compute different

@@ -140,14 +140,15 @@ def test_the_upstream_gradient_is_the_documented_draw_bit_for_bit():
     got = _upstream_grad(out, "out.logits", 5)
     key = int.from_bytes(hashlib.sha256(b"5:out.logits").digest()[:8], "little")
     stream = _splitmix64(key)
-    k = np.array([(_splitmix64((stream + i) & ((1 << 64) - 1)) >> 40) - 2 ** 23
-                  for i in range(21)], dtype=np.float32)
-    want = (k * np.float32(2.0 ** -23)) * np.float32(3 ** 0.5)  # float32 products, as documented
+    k = [((_splitmix64((stream + i) & ((1 << 64) - 1)) >> 32) * 445 >> 32) - 222
+         for i in range(21)]
+    want = [x / 128 for x in k]  # k / 128, k uniform on [-222, 222], as documented
     assert got.dtype == torch.float64 and got.shape == (3, 7)
-    assert got.reshape(-1).tolist() == want.astype(np.float64).tolist()  # bit for bit
-    # Each precision receives that draw rounded to it, once.
-    bf16 = _upstream_grad(out.to(torch.bfloat16), "out.logits", 5)
-    assert torch.equal(bf16, got.to(torch.bfloat16))
+    assert got.reshape(-1).tolist() == want  # bit for bit
+    # Every precision receives that draw exactly: the values have 8 significant bits.
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        low = _upstream_grad(out.to(dtype), "out.logits", 5)
+        assert torch.equal(low.double(), got)
 
 
 def test_runs_from_different_seeds_cannot_be_judged():
@@ -155,9 +156,9 @@ def test_runs_from_different_seeds_cannot_be_judged():
     a = capture.run_fwd_bwd(module, inputs, torch.float32, seed=5)
     b = capture.run_fwd_bwd(module, inputs, torch.float32, seed=6)
     truth = capture.run_fwd_bwd(module, inputs, torch.float64, seed=5)
-    assert a.metadata["upstream_gradient"] == "uniform-splitmix64"
+    assert a.metadata["upstream_gradient"] == "grid128-splitmix64"
     report = numalign.judge(b, a, truth)
     assert report.exit_code == 2
-    assert any("different upstream gradients (test: seed 6, uniform-splitmix64; ref: seed 5"
+    assert any("different upstream gradients (test: seed 6, grid128-splitmix64; ref: seed 5"
                in why for why in report.could_not_judge), report.could_not_judge
     assert numalign.judge(a, a, truth).aligned
