@@ -118,8 +118,9 @@ void add_judge_options(CLI::App* cmd, TraceArguments& traces, JudgeArguments& ar
   cmd->add_option("test", traces.test, "trace of the implementation under test")->required();
   cmd->add_option("ref", traces.ref, "trace of the reference implementation")->required();
   cmd->add_option("truth", traces.truth, "float64 truth trace (needed by the rmse rule)");
-  cmd->add_option("--rule", traces.rules,
-                  "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X (repeatable)");
+  cmd->add_option(
+      "--rule", traces.rules,
+      "SPEC or GLOB=SPEC: rmse, rmse:MULT, ulp:K, exact, abs:X, allclose[:ATOL,RTOL] (repeatable)");
   cmd->add_option("--policy", args.policy_path, "JSON policy file of overrides with reasons");
   cmd->add_option("--ranks", traces.ranks,
                   "N: test is N traces of tensor-parallel ranks, named as "
@@ -437,7 +438,8 @@ int main(int argc, char** argv) {
   auto* compare_cmd = app.add_subcommand("compare", "differences between two traces (no truth)");
   compare_cmd->add_option("a", a, "first trace (taken as test)")->required();
   compare_cmd->add_option("b", b, "second trace (taken as ref)")->required();
-  compare_cmd->add_option("--rule", compare_rule, "ulp:K, exact or abs:X")->capture_default_str();
+  compare_cmd->add_option("--rule", compare_rule, "ulp:K, exact, abs:X or allclose[:ATOL,RTOL]")
+      ->capture_default_str();
   add_output_options(compare_cmd, args, out);
 
   std::vector<std::string> consistent_files;
@@ -501,7 +503,9 @@ int main(int argc, char** argv) {
     if (*compare_cmd) {
       const Rule rule = parse_rule(compare_rule, "--rule");
       if (rule.kind == RuleKind::kRmse) {
-        fail("--rule", "compare has no truth: use ulp:K, exact or abs:X (or judge with a truth)");
+        fail("--rule",
+             "compare has no truth: use ulp:K, exact, abs:X or allclose[:ATOL,RTOL] (or judge "
+             "with a truth)");
       }
       args.rules.push_back({"", compare_rule, ""});
       args.magnitude_profile = out.format == "html";

@@ -10,6 +10,7 @@
 #include <functional>
 #include <sstream>
 
+#include "allclose.hpp"
 #include "exact_rmse.hpp"
 #include "format.hpp"
 #include "numalign/error.hpp"
@@ -27,6 +28,10 @@ std::string Rule::spec() const {
       return "exact";
     case RuleKind::kAbs:
       return "abs:" + detail::format_number(param);
+    case RuleKind::kAllclose:
+      return param < 0
+                 ? "allclose"
+                 : "allclose:" + detail::format_number(param) + "," + detail::format_number(rtol);
   }
   return "?";
 }
@@ -59,6 +64,18 @@ Rule parse_rule(std::string_view spec, const std::string& where) {
     }
   } else if (head == "exact" && !has_param) {
     r.kind = RuleKind::kExact;
+  } else if (head == "allclose") {
+    r.kind = RuleKind::kAllclose;
+    r.param = -1;  // assert_close's defaults for the dtype
+    if (has_param) {
+      const auto comma = tail.find(',');
+      if (comma == std::string_view::npos) {
+        fail(where, "bad rule '" + std::string(spec) +
+                        "': expected allclose:ATOL,RTOL (or allclose for assert_close's defaults)");
+      }
+      r.param = parse_param(tail.substr(0, comma), spec, where);
+      r.rtol = parse_param(tail.substr(comma + 1), spec, where);
+    }
   } else if ((head == "ulp" || head == "abs") && has_param) {
     r.kind = head == "ulp" ? RuleKind::kUlp : RuleKind::kAbs;
     r.param = parse_param(tail, spec, where);
@@ -67,7 +84,8 @@ Rule parse_rule(std::string_view spec, const std::string& where) {
     }
   } else {
     fail(where, "bad rule '" + std::string(spec) +
-                    "': expected rmse, rmse:MULTIPLIER, ulp:K, exact or abs:X");
+                    "': expected rmse, rmse:MULTIPLIER, ulp:K, exact, abs:X, allclose or "
+                    "allclose:ATOL,RTOL");
   }
   return r;
 }
@@ -178,8 +196,10 @@ RuleChoice RuleSelector::choose(std::string_view name, DType dtype) const {
       break;
     }
   }
-  // Integers and bools have no rounding: rmse means exact for them, as in same().
-  if (!is_floating(dtype) && c.rule.kind == RuleKind::kRmse) c.rule = Rule{RuleKind::kExact, 0};
+  // Integers and bools have no rounding: rmse means exact for them, as in same(), and so does
+  // allclose, as assert_close's defaults for them (0, 0).
+  if (!is_floating(dtype) && (c.rule.kind == RuleKind::kRmse || c.rule.kind == RuleKind::kAllclose))
+    c.rule = Rule{RuleKind::kExact, 0};
   return c;
 }
 
@@ -305,6 +325,37 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
   return v;
 }
 
+// assert_close's test, element by element, and its message's figures: how many elements lie
+// beyond the bound, the greatest absolute and relative differences and where they are. The
+// ratio is the worst element's |test - ref| over its bound (at most 1 passes).
+Verdict evaluate_allclose(const Rule& rule, const TensorView& test, const TensorView& ref,
+                          const JudgeOptions& o) {
+  const auto [atol, rtol] =
+      rule.param < 0 ? detail::assert_close_defaults(test.dtype) : std::pair{rule.param, rule.rtol};
+  const detail::CloseStats s = detail::close_stats(
+      ContiguousView(test).get(), ContiguousView(ref).get(), atol, rtol, o.equal_nan);
+  Verdict v;
+  v.limit = 1;
+  v.ratio = s.worst;
+  v.kind = s.beyond == 0 ? VerdictKind::kPass : VerdictKind::kFail;
+  const std::uint64_t n = test.numel();
+  const std::string bound =
+      "|test - ref| <= " + format_number(atol) + " + " + format_number(rtol) + " |ref|";
+  v.reason = std::to_string(s.beyond) + " / " + std::to_string(n) + " elements (" +
+             format_number(n ? 100.0 * static_cast<double>(s.beyond) / static_cast<double>(n) : 0) +
+             "%) beyond " + bound;
+  if (s.beyond > 0 && s.worst <= 1) {
+    v.reason +=
+        " (at the bound: decided as torch.isclose rounds in " + std::string(name(test.dtype)) + ")";
+  }
+  if (s.max_abs > 0) {
+    v.reason += "; greatest absolute difference " + format_number(s.max_abs) + " at " +
+                format_index(test.shape, s.max_abs_index) + ", greatest relative difference " +
+                format_number(s.max_rel) + " at " + format_index(test.shape, s.max_rel_index);
+  }
+  return v;
+}
+
 }  // namespace
 
 Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorView& ref,
@@ -336,6 +387,9 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
                             " elements differ bitwise";
       break;
     }
+    case RuleKind::kAllclose:
+      v = evaluate_allclose(rule, test, ref, o);
+      break;
     case RuleKind::kAbs: {
       v.limit = rule.param;
       const bool has_nan = m.test_nonfinite.nan + m.ref_nonfinite.nan > 0;

@@ -1,7 +1,7 @@
-"""rules.py: the verdict of every rule of the study on a list of cases: numalign's rules through
-the core (numalign.judge, all cases in one call per rule), and the rules users pick instead
-(torch.testing.assert_close's defaults, atol = rtol = X, one bf16 ULP of the largest value),
-written here from their definitions (REFERENCES.md)."""
+"""rules.py: the verdict of every rule of the study on a list of cases: numalign's rules and the
+fixed tolerances users pick instead (torch.testing.assert_close's defaults, atol = rtol = X, as
+numalign's allclose rule) through the core (numalign.judge, all cases in one call per rule),
+and one bf16 ULP of the largest value, written here from its definition."""
 from __future__ import annotations
 
 import math
@@ -12,8 +12,6 @@ import numalign
 
 from corpus import F64, rows_of
 
-# assert_close's defaults (rtol, atol) per dtype.
-ASSERT_CLOSE = {"bf16": (1.6e-2, 1e-5), "fp16": (1e-3, 1e-5), "fp32": (1.3e-6, 1e-5)}
 UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24}
 
 # numalign's rules: (label, judge keyword arguments).
@@ -22,33 +20,33 @@ NUMALIGN_RULES = [
     ("numalign same() rule + --check-bias", {"check_bias": True}),
     ("numalign ulp:1", {"rules": "ulp:1"}),
     ("numalign abs:0.13", {"rules": "abs:0.13"}),
+    # The fixed tolerances users pick, through the allclose rule, which decides as
+    # torch.testing.assert_close does (tests/python/test_allclose_rule.py checks it against it).
+    ("assert_close defaults", {"rules": "allclose"}),
+    ("atol = rtol = 1e-2", {"rules": "allclose:0.01,0.01"}),
+    ("atol = rtol = 4e-2", {"rules": "allclose:0.04,0.04"}),
+    ("atol = rtol = 9e-2", {"rules": "allclose:0.09,0.09"}),
 ]
 
 
-def judge_flags(cases, **options):
-    """[True where numalign does not pass the case] for one rule, every case in one judgement."""
+def judge_results(cases, **options):
+    """numalign's result of each case (a dict of report.tensors), every case in one judgement."""
     test = {f"c{i}": c.test for i, c in enumerate(cases)}
     ref = {f"c{i}": c.ref for i, c in enumerate(cases)}
     truth = {f"c{i}": c.truth for i, c in enumerate(cases)}
     report = numalign.judge(test, ref, truth, **options)
-    status = {t["name"]: t["verdict"] for t in report.tensors}
-    return [status[f"c{i}"] != "pass" for i in range(len(cases))]
+    by_name = {t["name"]: t for t in report.tensors}
+    return [by_name[f"c{i}"] for i in range(len(cases))]
 
 
-def _close_flag(test, ref, atol, rtol):
-    t, r = test.to(F64), ref.to(F64)
-    ok = (t - r).abs() <= atol + rtol * r.abs()
-    ok = ok | (t == r)  # equal infinities are close, as in torch
-    return not bool(ok.all())
+def judge_flags(cases, **options):
+    """[True where numalign does not pass the case] for one rule."""
+    return [t["verdict"] != "pass" for t in judge_results(cases, **options)]
 
 
-def assert_close_flag(c):
-    rtol, atol = ASSERT_CLOSE[c.dtype]
-    return _close_flag(c.test, c.ref, atol, rtol)
-
-
-def tol_flag(x):
-    return lambda c: _close_flag(c.test, c.ref, x, x)
+def bias_check_flags(cases):
+    """[True where the core's bias check would fail the case] (its `bias.would_fail`)."""
+    return [t["bias"]["would_fail"] for t in judge_results(cases)]
 
 
 def bf16_ulp_of_largest_flag(c):
@@ -62,10 +60,6 @@ def bf16_ulp_of_largest_flag(c):
 
 
 USER_RULES = [
-    ("assert_close defaults", assert_close_flag),
-    ("atol = rtol = 1e-2", tol_flag(1e-2)),
-    ("atol = rtol = 4e-2", tol_flag(4e-2)),
-    ("atol = rtol = 9e-2", tol_flag(9e-2)),
     ("1 bf16 ULP of the largest value", bf16_ulp_of_largest_flag),
 ]
 
@@ -106,24 +100,9 @@ def statistics(c):
         return num / den if den > 0 else (math.inf if num > 0 else 0.0)
 
     return {
-        "bias": bias_fails(t, r, u),
         "rmse": ratio(_rmse(et), _rmse(er)),
         "row": ratio(float(rows_of(et).pow(2).mean(1).sqrt().max()),
                      float(rows_of(er).pow(2).mean(1).sqrt().max())),
         "max": ratio(float(et.abs().max()), float(er.abs().max())),
     }
 
-
-def _error_balance(x, truth):
-    differ = int((x != truth).sum())
-    if differ == 0:
-        return 0.0, 0
-    over, under = int((x.abs() > truth.abs()).sum()), int((x.abs() < truth.abs()).sum())
-    return (over - under) / differ, differ
-
-
-def bias_fails(t, r, u):
-    """DESIGN.md's bias check: |EB(test)| above both 4/sqrt(#(t != u)) and 2|EB(ref)| + 0.05."""
-    eb_t, n = _error_balance(t, u)
-    eb_r, _ = _error_balance(r, u)
-    return n > 0 and abs(eb_t) > 4 / math.sqrt(n) and abs(eb_t) > 2 * abs(eb_r) + 0.05

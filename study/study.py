@@ -34,9 +34,12 @@ HOW = """## How the corpus is built and labelled
   in the run's dtype, arithmetic in a float32 accumulator, a rounding to the dtype where a real
   kernel stores.
 - **Runs**: bf16, fp16 and fp32; activations of magnitude 1e-3, 1 and 1e3, drawn normal, with
-  outliers (1% of values x30) or with an offset (a mean of 3 standard deviations); 3 seeds
-  (1 with `--small`). The reference is the plain kernel; the truth is the same kernel in
-  float64 **on the inputs as the runs hold them** (rounded to the dtype, widened exactly).
+  outliers (1% of values x30) or with an offset (a mean of 10 standard deviations); 3 seeds
+  (1 with `--small`). The reference is the plain kernel (the cumsum an element-by-element
+  float32 scan: torch's CPU cumsum accumulates float32 in double); the truth is the same kernel
+  in float64 **on the inputs as the runs hold them** (rounded to the dtype, widened exactly).
+  The fused allreduce + residual + RMSNorm is judged on each output alone: the residual
+  stream (`ar_residual`) and the normalized one (`ar_residual_rmsnorm`).
 - **Correct variants** are what real kernels do differently and rightly: split-K, reversed or
   blocked reductions, online softmax, Welford, flash attention with P stored per block, the
   scale applied to q, fused rounding points (the residual added before rounding, the
@@ -49,13 +52,18 @@ HOW = """## How the corpus is built and labelled
   missing max subtraction, an allreduce chunk missing a rank or counting one twice, a residual
   missing on a chunk or reading garbage, a cumsum carry off by one or stored in low precision.
 - **Labels** are fixed by construction before any rule runs: each variant is correct or a bug
-  by how it is written. A bug is **effective** on a case when, against the truth, its RMSE or
-  the RMSE of its worst row exceeds twice the largest that the reference and every correct
-  variant reach on the same inputs, when it is not finite, or when its error balance is below
-  -0.5 (or above 0.5) where every correct one stays within +-0.25 (a truncation). The other bugs
-  stay inside what correct code does on those inputs and are counted in no rate. The subset
-  "error >= 3x ref's" is the issue's: RMSE or largest element error at least 3x the
-  reference's.
+  by how it is written (the sigmoid of SwiGLU stored in bf16 / fp16 is one more rounding
+  point there, correct; in an fp32 kernel it computes in bf16, a bug). Variants that change
+  nothing in a dtype are left out (truncating a float32 accumulator into float32, TF32 in a
+  bf16 / fp16 run). A bug is **effective** on a case when, against the truth, its RMSE, the
+  RMSE of its worst row or its largest element error exceeds twice the largest that the
+  reference and every correct variant reach on the same inputs, when it is not finite, or
+  when its error balance is below -0.5 (or above 0.5) where every correct one stays within
+  +-0.25 (a truncation, aiter#5151: the same sign at every element, within one ULP). The
+  column "larger errors, not bias alone" leaves out the bugs effective by that last criterion
+  only, whose detection the bias check decides by construction. The other bugs stay inside
+  what correct code does on those inputs and are counted in no rate. The subset "error >= 3x
+  ref's" is the issue's: RMSE or largest element error at least 3x the reference's.
 - Configurations where the reference itself overflows are left out (listed at the end).
 
 ## Sources of the bug classes
@@ -102,6 +110,11 @@ def effective_idx(cases, idx=None):
             if cases[i].label == "bug" and cases[i].effective]
 
 
+def sized_idx(cases, idx=None):
+    """The effective bugs whose error is larger than correct code's, not only biased."""
+    return [i for i in effective_idx(cases, idx) if not cases[i].bias_only]
+
+
 def big_idx(cases, idx=None):
     return [i for i in effective_idx(cases, idx)
             if cases[i].error_ratio >= 3 or cases[i].max_ratio >= 3]
@@ -117,9 +130,10 @@ def overall_table(cases, flags):
     rows = []
     for label, f in flags.items():
         rows.append([label, pct(rate(f, correct_idx(cases))), pct(rate(f, effective_idx(cases))),
-                     pct(rate(f, big_idx(cases)))])
+                     pct(rate(f, sized_idx(cases))), pct(rate(f, big_idx(cases)))])
     return table(["rule", "false alarms", "detection (effective bugs)",
-                  "detection (error >= 3x ref's)"], rows)
+                  "detection (larger errors, not bias alone)", "detection (error >= 3x ref's)"],
+                 rows)
 
 
 def by_table(cases, flags, key, title, chosen):
@@ -151,16 +165,17 @@ def smallest_bias(probes, probe_flags, dtypes):
         row = [label]
         for d in dtypes:
             found = None
-            for k in sorted({k for (dd, k) in probes if dd == d}):
+            for k in sorted({k for (dd, k) in probes if dd == d}):  # larger k: smaller bias
                 f = probe_flags[label][(d, k)]
-                if sum(f) >= 0.9 * len(f):
-                    found = k
+                if sum(f) < 0.9 * len(f):
+                    break
+                found = k
             row.append(f"2^-{found}" if found is not None else "none")
         rows.append(row)
     return table(["rule"] + [f"{d}: smallest bias detected" for d in dtypes], rows)
 
 
-def sweep_points(cases, stats):
+def sweep_points(cases, stats, bias):
     """ROC points of each statistic alone and of the three together, per threshold."""
     ci, ei = correct_idx(cases), effective_idx(cases)
     points = {}
@@ -174,8 +189,8 @@ def sweep_points(cases, stats):
         (m, rate([worst(s) > m for s in stats], ci),
          rate([worst(s) > m for s in stats], ei)) for m in SWEEP]
     points["rmse+row+max, or bias"] = [
-        (m, rate([worst(s) > m or s["bias"] for s in stats], ci),
-         rate([worst(s) > m or s["bias"] for s in stats], ei)) for m in SWEEP]
+        (m, rate([worst(s) > m or b for s, b in zip(stats, bias)], ci),
+         rate([worst(s) > m or b for s, b in zip(stats, bias)], ei)) for m in SWEEP]
     return points
 
 
@@ -265,7 +280,7 @@ def main():
     for label, f in probe_all.items():
         it = iter(f)
         probe_flags[label] = {key: [next(it) for _ in v] for key, v in probes.items()}
-    points = sweep_points(cases, stats)
+    points = sweep_points(cases, stats, rules.bias_check_flags(cases))
     elapsed = time.time() - started
 
     out = Path(args.out)

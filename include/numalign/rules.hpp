@@ -1,5 +1,6 @@
-// numalign/rules.hpp: the rules (rmse vs truth, ulp:K, exact, abs:X), their constants as in
-// PyTorch's `torch._dynamo.utils.same()`, per-tensor overrides and the policy file.
+// numalign/rules.hpp: the rules (rmse vs truth, ulp:K, exact, abs:X, allclose:ATOL,RTOL), their
+// constants as in PyTorch's `torch._dynamo.utils.same()`, per-tensor overrides and the policy
+// file.
 #pragma once
 
 #include <memory>
@@ -17,13 +18,16 @@ namespace numalign {
 
 struct TensorMap;  // map.hpp
 
-enum class RuleKind { kRmse, kUlp, kExact, kAbs };
+enum class RuleKind { kRmse, kUlp, kExact, kAbs, kAllclose };
 
 struct Rule {
   RuleKind kind = RuleKind::kRmse;
-  // ulp: K; abs: X; rmse: a fixed multiplier replacing same()'s table (0 = the table).
+  // ulp: K; abs: X; rmse: a fixed multiplier replacing same()'s table (0 = the table);
+  // allclose: atol (negative: torch.testing.assert_close's defaults for the tensor's dtype).
   double param = 0;
-  std::string spec() const;  // "rmse", "rmse:5", "ulp:1", "exact", "abs:0.13"
+  double rtol = 0;  // allclose's
+  // "rmse", "rmse:5", "ulp:1", "exact", "abs:0.13", "allclose", "allclose:1e-05,0.016"
+  std::string spec() const;
 };
 
 // Parses a rule spec; throws Error naming `where` on a bad one.

@@ -72,14 +72,21 @@ def test_labels_mark_a_bug_effective_only_outside_what_correct_code_does():
 
 
 def test_truncation_is_effective_by_its_bias():
-    truth = torch.randn(4096, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    truth = torch.randn(4096, generator=g, dtype=torch.float64)
     ref = truth.to(torch.bfloat16)
-    cases = [corpus.Case("k", "bf16", 1, "normal", 0, "ref", "correct", test=ref, ref=ref,
-                         truth=truth),
-             corpus.Case("k", "bf16", 1, "normal", 0, "trunc", "bug",
-                         test=corpus.trunc(truth, torch.bfloat16), ref=ref, truth=truth)]
+    # a correct variant with a little more, unbiased, error (another rounding point)
+    noise = torch.randn(4096, generator=g, dtype=torch.float64) * 2.0 ** -9 * truth.abs()
+    other = (truth + noise).to(torch.bfloat16)
+
+    def case(variant, label, test):
+        return corpus.Case("k", "bf16", 1, "normal", 0, variant, label, test=test, ref=ref,
+                           truth=truth)
+
+    cases = [case("ref", "correct", ref), case("other", "correct", other),
+             case("trunc", "bug", corpus.trunc(truth, torch.bfloat16))]
     corpus.label(cases, truth)
-    assert cases[1].effective
+    assert cases[2].effective and cases[2].bias_only
 
 
 def test_one_judgement_of_every_case_gives_each_case_its_own_verdict():
@@ -97,9 +104,10 @@ def test_user_rules_follow_their_definitions():
     truth = ref.double()
     near = corpus.Case("k", "bf16", 1, "normal", 0, "v", "bug",
                        test=torch.tensor([1.0, 101.0], dtype=torch.bfloat16), ref=ref, truth=truth)
-    # assert_close bf16: 1e-5 + 1.6e-2 * 100 = 1.6 >= 1
-    assert not rules.assert_close_flag(near)
-    assert rules.tol_flag(1e-3)(near) and not rules.tol_flag(1e-2)(near)
+    flags = dict(zip([label for label, _ in rules.NUMALIGN_RULES],
+                     [rules.judge_flags([near], **o)[0] for _, o in rules.NUMALIGN_RULES]))
+    # assert_close bf16: 1e-5 + 1.6e-2 * 100 >= 1; atol = rtol = 1e-2: 0.01 + 0.01 * 100 >= 1
+    assert not flags["assert_close defaults"] and not flags["atol = rtol = 1e-2"]
     # one bf16 ULP at 100 is 0.5: a difference of 1 is beyond it
     assert rules.bf16_ulp_of_largest_flag(near)
     np.testing.assert_equal(rules.statistics(near)["max"] > 1, True)
