@@ -132,7 +132,7 @@ bench-smoke: build install-python
 	  --repeat 1 | grep '| html |' >/dev/null
 
 # The rule study (docs/rule_study.md, docs/rule_study.svg): false alarms and detection of every
-# rule on a labelled corpus of correct and buggy kernels (study/); about 15 s on 2 cores.
+# rule on a labelled corpus of correct and buggy kernels (study/); about 35 s on 2 cores.
 study: install-python
 	@$(PY) study/study.py
 

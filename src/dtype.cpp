@@ -192,6 +192,29 @@ bool is_judgeable(DType d) {
 bool is_floating(DType d) { return info(d).kind == DTypeKind::kFloat; }
 bool is_low_precision(DType d) { return is_floating(d) && bits(d) <= 16; }
 
+double unit_roundoff(DType d) {
+  switch (d) {
+    case DType::BF16:
+      return 0x1p-8;
+    case DType::F16:
+      return 0x1p-11;
+    case DType::F32:
+      return 0x1p-24;
+    case DType::F64:
+      return 0x1p-53;
+    case DType::F8_E4M3:
+    case DType::F8_E4M3FNUZ:
+      return 0x1p-4;
+    case DType::F8_E5M2:
+    case DType::F8_E5M2FNUZ:
+      return 0x1p-3;
+    case DType::F8_E8M0:
+      return 0x1p-1;
+    default:
+      return 0;
+  }
+}
+
 std::uint64_t load_bits(DType dtype, const std::byte* p) {
   std::uint64_t v = 0;
   std::memcpy(&v, p, element_size(dtype));  // little-endian host assumed (x86-64, arm64)

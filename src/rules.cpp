@@ -13,6 +13,7 @@
 #include "allclose.hpp"
 #include "exact_rmse.hpp"
 #include "format.hpp"
+#include "measured.hpp"
 #include "numalign/error.hpp"
 #include "numalign/layout.hpp"
 
@@ -28,6 +29,8 @@ std::string Rule::spec() const {
       return "exact";
     case RuleKind::kAbs:
       return "abs:" + detail::format_number(param);
+    case RuleKind::kMeasured:
+      return param > 0 ? "measured:" + detail::format_number(param) : "measured";
     case RuleKind::kAllclose:
       return param < 0
                  ? "allclose"
@@ -56,8 +59,8 @@ Rule parse_rule(std::string_view spec, const std::string& where) {
   const bool has_param = colon != std::string_view::npos;
   const std::string_view tail = has_param ? spec.substr(colon + 1) : std::string_view();
   Rule r;
-  if (head == "rmse") {
-    r.kind = RuleKind::kRmse;
+  if (head == "rmse" || head == "measured") {
+    r.kind = head == "rmse" ? RuleKind::kRmse : RuleKind::kMeasured;
     if (has_param) {
       r.param = parse_param(tail, spec, where);
       if (r.param == 0) fail(where, "bad rule '" + std::string(spec) + "': multiplier must be > 0");
@@ -84,8 +87,8 @@ Rule parse_rule(std::string_view spec, const std::string& where) {
     }
   } else {
     fail(where, "bad rule '" + std::string(spec) +
-                    "': expected rmse, rmse:MULTIPLIER, ulp:K, exact, abs:X, allclose or "
-                    "allclose:ATOL,RTOL");
+                    "': expected rmse, rmse:MULTIPLIER, measured, measured:LIMIT, ulp:K, exact, "
+                    "abs:X, allclose or allclose:ATOL,RTOL");
   }
   return r;
 }
@@ -123,6 +126,10 @@ std::optional<std::string> loosening(const Rule& r) {
   }
   if (r.kind == RuleKind::kRmse && r.param > kMaxDefaultMultiplier) {
     return "multiplier " + detail::format_number(r.param) + " is above same()'s largest (3)";
+  }
+  if (r.kind == RuleKind::kMeasured && r.param > kMeasuredLimit) {
+    return "limit " + detail::format_number(r.param) + " is above the measured rule's (" +
+           detail::format_number(kMeasuredLimit) + ")";
   }
   return std::nullopt;
 }
@@ -196,9 +203,9 @@ RuleChoice RuleSelector::choose(std::string_view name, DType dtype) const {
       break;
     }
   }
-  // Integers and bools have no rounding: rmse means exact for them, as in same(), and so does
-  // allclose, as assert_close's defaults for them (0, 0).
-  if (!is_floating(dtype) && (c.rule.kind == RuleKind::kRmse || c.rule.kind == RuleKind::kAllclose))
+  // Integers and bools have no rounding: rmse means exact for them, as in same(), and so do
+  // measured and allclose (assert_close's defaults for them are (0, 0)).
+  if (!is_floating(dtype) && c.rule.kind != RuleKind::kUlp && c.rule.kind != RuleKind::kAbs)
     c.rule = Rule{RuleKind::kExact, 0};
   return c;
 }
@@ -356,6 +363,73 @@ Verdict evaluate_allclose(const Rule& rule, const TensorView& test, const Tensor
   return v;
 }
 
+std::uint64_t nonfinite(const NonFinite& nf) { return nf.nan + nf.inf; }
+
+double ratio_of(double error, double allowed) {
+  return allowed > 0 ? error / allowed : (error > 0 ? INFINITY : 0.0);
+}
+
+// measured[:LIMIT]: test's error against the truth may be at most LIMIT times ref's, over the
+// whole tensor (RMSE) and at its worst element, ref's floored at half a unit roundoff of the
+// truth's RMS magnitude; and test may not be biased in sign where ref is not (the bias check,
+// with |EB(test)| above kMeasuredBiasFloor). No absolute tolerance: small values are judged
+// as large ones.
+Verdict evaluate_measured(const Rule& rule, const TensorView& test, const TensorView& ref,
+                          const TensorView* truth, const Metrics& m) {
+  Verdict v;
+  const double limit = rule.param > 0 ? rule.param : kMeasuredLimit;
+  v.limit = limit;
+  if (truth == nullptr || truth->dtype != DType::F64) {
+    v.kind = VerdictKind::kError;
+    v.reason = truth ? "truth is " + std::string(name(truth->dtype)) +
+                           ", not F64: rule measured cannot judge"
+                     : "rule measured needs a float64 truth trace (or choose ulp:K, exact, "
+                       "abs:X or allclose)";
+    return v;
+  }
+  if (nonfinite(m.ref_nonfinite) + nonfinite(m.truth_nonfinite) > 0) {
+    v.kind = VerdictKind::kError;
+    v.reason = "ref holds " + std::to_string(nonfinite(m.ref_nonfinite)) + " and truth " +
+               std::to_string(nonfinite(m.truth_nonfinite)) +
+               " NaN or Inf: rule measured judges finite runs (rule rmse follows same()'s NaN "
+               "rules)";
+    return v;
+  }
+  if (nonfinite(m.test_nonfinite) > 0) {
+    v.kind = VerdictKind::kFail;
+    v.ratio = INFINITY;
+    v.reason = "test holds " + std::to_string(nonfinite(m.test_nonfinite)) +
+               " NaN or Inf where ref and truth are finite";
+    return v;
+  }
+  // RMS(truth) = RMSE(test, truth) / relative L2 (both 0 when test is the truth: then so are
+  // the ratios).
+  const double rms_truth = m.rel_l2 > 0 ? m.error / m.rel_l2 : 0;
+  const double floor = 0.5 * unit_roundoff(test.dtype) * rms_truth;
+  const detail::LargestDifference ref_worst =
+      detail::largest_difference(ContiguousView(ref).get(), ContiguousView(*truth).get());
+  const double whole = ratio_of(m.error, std::max(m.baseline, floor));
+  const double worst = ratio_of(m.max_abs_truth, std::max(ref_worst.value, floor));
+  const bool biased = bias_check_fails(m) && std::fabs(m.eb_test) > kMeasuredBiasFloor;
+  v.ratio = std::max(whole, worst);
+  const std::string figures = "RMSE " + format_number(whole) + "x ref's, worst element " +
+                              format_number(worst) + "x ref's at " +
+                              format_index(test.shape, m.max_abs_truth_index) + ", error balance " +
+                              format_number(m.eb_test) + " (ref " + format_number(m.eb_ref) + ")";
+  std::vector<std::string> failed;
+  if (whole > limit) failed.push_back("RMSE vs truth above " + format_number(limit) + "x ref's");
+  if (worst > limit) failed.push_back("worst element above " + format_number(limit) + "x ref's");
+  if (biased) failed.push_back("biased in sign where ref is not");
+  v.kind = failed.empty() ? VerdictKind::kPass : VerdictKind::kFail;
+  v.reason = (failed.empty() ? "" : detail::joined(failed, "; ") + ": ") + figures;
+  if (m.baseline < floor || ref_worst.value < floor) {
+    v.reason += " (ref's error floored at half a roundoff of the truth's RMS, " +
+                format_number(floor) + ")";
+  }
+  v.bias_failed = bias_check_fails(m);
+  return v;
+}
+
 }  // namespace
 
 Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorView& ref,
@@ -390,6 +464,8 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
     case RuleKind::kAllclose:
       v = evaluate_allclose(rule, test, ref, o);
       break;
+    case RuleKind::kMeasured:
+      return evaluate_measured(rule, test, ref, truth, m);  // its bias check is its own
     case RuleKind::kAbs: {
       v.limit = rule.param;
       const bool has_nan = m.test_nonfinite.nan + m.ref_nonfinite.nan > 0;

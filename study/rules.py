@@ -16,6 +16,7 @@ UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24}
 
 # numalign's rules: (label, judge keyword arguments).
 NUMALIGN_RULES = [
+    ("numalign measured (candidate default)", {"rules": "measured"}),
     ("numalign same() rule (today's default)", {}),
     ("numalign same() rule + --check-bias", {"check_bias": True}),
     ("numalign ulp:1", {"rules": "ulp:1"}),

@@ -55,6 +55,9 @@ bool is_judgeable(DType dtype);
 bool is_floating(DType dtype);  // a real floating type we can judge
 // Types whose `same()` multiplier base is 3.0: fp16, bf16 and every fp8.
 bool is_low_precision(DType dtype);
+// A floating type's unit roundoff, 2^-p for p bits of precision (the implicit bit counted):
+// bf16 2^-8, fp16 2^-11, fp32 2^-24, fp64 2^-53, e4m3 2^-4, e5m2 2^-3, e8m0 2^-1; 0 otherwise.
+double unit_roundoff(DType dtype);
 inline std::size_t element_size(DType dtype) { return static_cast<std::size_t>(bits(dtype)) / 8; }
 
 // Exact value of one element (floating, integer or bool) read from little-endian bytes.

@@ -52,8 +52,8 @@ class CheckOptions {
   CheckOptions(const char* spec) : CheckOptions() { rule(spec); }         // NOLINT
   CheckOptions(const std::string& spec) : CheckOptions() { rule(spec); }  // NOLINT
 
-  // "SPEC" (rmse, rmse:M, ulp:K, exact, abs:X, allclose[:ATOL,RTOL]) or "GLOB=SPEC" for the
-  // names the glob matches.
+  // "SPEC" (rmse, rmse:M, measured[:L], ulp:K, exact, abs:X, allclose[:ATOL,RTOL]) or
+  // "GLOB=SPEC" for the names the glob matches.
   CheckOptions& rule(std::string_view text) {
     rules_.push_back({std::string(text), std::nullopt});
     return *this;

@@ -18,15 +18,23 @@ namespace numalign {
 
 struct TensorMap;  // map.hpp
 
-enum class RuleKind { kRmse, kUlp, kExact, kAbs, kAllclose };
+enum class RuleKind { kRmse, kUlp, kExact, kAbs, kAllclose, kMeasured };
+
+// The measured rule's constants, chosen on the rule study (docs/rule_study.md, `make study`):
+// the limit on each ratio of test's error to ref's, and the least |error balance| that fails
+// a tensor the bias check flags (correct kernels reached 0.27 there, truncating ones 0.5-1).
+inline constexpr double kMeasuredLimit = 3.0;
+inline constexpr double kMeasuredBiasFloor = 0.3;
 
 struct Rule {
   RuleKind kind = RuleKind::kRmse;
   // ulp: K; abs: X; rmse: a fixed multiplier replacing same()'s table (0 = the table);
-  // allclose: atol (negative: torch.testing.assert_close's defaults for the tensor's dtype).
+  // allclose: atol (negative: torch.testing.assert_close's defaults for the tensor's dtype);
+  // measured: the limit on its ratios (0 = kMeasuredLimit).
   double param = 0;
   double rtol = 0;  // allclose's
-  // "rmse", "rmse:5", "ulp:1", "exact", "abs:0.13", "allclose", "allclose:1e-05,0.016"
+  // "rmse", "rmse:5", "ulp:1", "exact", "abs:0.13", "allclose", "allclose:1e-05,0.016",
+  // "measured", "measured:4"
   std::string spec() const;
 };
 

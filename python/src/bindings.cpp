@@ -222,11 +222,13 @@ NB_MODULE(_core, m) {
   nb::class_<JudgeOptions>(m, "JudgeOptions");
   m.def("resolve_options", &resolve_options, "arguments"_a);
 
-  // "rmse", "ulp", "exact", "abs" or "allclose": the kind of a rule spec (raises on a bad one).
+  // "rmse", "ulp", "exact", "abs", "allclose" or "measured": the kind of a rule spec (raises on
+  // a bad one).
   m.def(
       "rule_kind",
       [](const std::string& spec, const std::string& where) {
-        static constexpr const char* kinds[] = {"rmse", "ulp", "exact", "abs", "allclose"};
+        static constexpr const char* kinds[] = {"rmse", "ulp",      "exact",
+                                                "abs",  "allclose", "measured"};
         return std::string(kinds[static_cast<int>(parse_rule(spec, where).kind)]);
       },
       "spec"_a, "where"_a = "rule");

@@ -111,3 +111,46 @@ def test_user_rules_follow_their_definitions():
     # one bf16 ULP at 100 is 0.5: a difference of 1 is beyond it
     assert rules.bf16_ulp_of_largest_flag(near)
     np.testing.assert_equal(rules.statistics(near)["max"] > 1, True)
+
+
+# The blind spots of same()'s rule that issue 34 names, each by a case of its class that the
+# default (same()) passes: the measured rule fails each, and passes every correct variant of
+# the same configuration.
+BLIND_SPOTS = [
+    # small values: the allclose fast path's absolute tolerance decides
+    ("softmax", corpus.Softmax(), "fp32", 1e-3, "rows_off"),
+    ("matmul_k512", corpus.Matmul(512), "fp32", 1e-3, "tf32_on"),
+    # localized: whole-tensor RMSE averages one wrong row away
+    ("softmax", corpus.Softmax(), "bf16", 1.0, "rows_off"),
+    # truncation instead of rounding (aiter#5151)
+    ("ar_residual", corpus.FusedAllreduceResidualRMSNorm("h"), "bf16", 1.0, "trunc_residual"),
+    ("matmul_k512", corpus.Matmul(512), "bf16", 1.0, "trunc"),
+    # a low-precision accumulator
+    ("matmul_k512", corpus.Matmul(512), "fp16", 1.0, "lowacc"),
+]
+
+
+@pytest.mark.parametrize("name,kernel,dtype,magnitude,bug", BLIND_SPOTS,
+                         ids=[f"{b[0]}-{b[2]}-{b[3]:g}-{b[4]}" for b in BLIND_SPOTS])
+def test_the_measured_rule_sees_what_same_passes(name, kernel, dtype, magnitude, bug):
+    cases, _ = corpus.build(seeds=(0,), dtypes=(dtype,), magnitudes=(magnitude,),
+                            distributions=("normal",), kernels=[kernel])
+    same = dict(zip([c.variant for c in cases], rules.judge_flags(cases)))
+    measured = dict(zip([c.variant for c in cases], rules.judge_flags(cases, rules="measured")))
+    assert not same[bug], "same() passes it: the blind spot"
+    assert measured[bug]
+    assert not any(measured[c.variant] for c in cases if c.label == "correct")
+
+
+def test_the_measured_rule_in_the_core_is_the_studys_statistics():
+    """The core's rule against an independent computation in float64 (rules.statistics): the
+    RMSE and worst-element ratios over ref's, floored at u/2 x RMS(truth), limit 3."""
+    cases, _ = corpus.build(seeds=(1,), distributions=("normal", "outliers"),
+                            kernels=[corpus.Matmul(512), corpus.LayerNorm(), corpus.Attention(),
+                                     corpus.Allreduce(8)])
+    core = rules.judge_results(cases, rules="measured")
+    for c, t in zip(cases, core):
+        s = rules.statistics(c)
+        assert t["ratio"] == pytest.approx(max(s["rmse"], s["max"]), rel=1e-9), c.key
+        biased = t["bias"]["would_fail"] and abs(t["bias"]["eb_test"]) > 0.3
+        assert (t["verdict"] == "fail") == (max(s["rmse"], s["max"]) > 3 or biased), c.key
