@@ -235,7 +235,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   const auto warn_not_f64 = [&] {
     report.warnings.push_back("truth is not float64 (" + std::string(name(not_f64->truth->dtype)) +
                               " in " + results[input_of[first_not_f64]].name +
-                              "): the rmse rule cannot judge against it");
+                              "): the rmse and measured rules cannot judge against it");
   };
   bool warned_not_f64 = not_f64 == inputs.end();
   for (const auto& [k, warnings] : rule_warnings) {
@@ -337,7 +337,9 @@ void refuse_different_backward_starts(const TraceMetadata* mt, const TraceMetada
 // gradient rounded to their dtype): else the rounding of the inputs, which ref and test share,
 // counts as ref's error and widens the allowance. Said of truths numalign's capture made (they
 // record their upstream gradient); a file from elsewhere says nothing of its values. Runs in
-// float32 round nothing: the inputs and the float32-drawn gradient are theirs already.
+// float32 are not warned about: their models and inputs are float32 almost always, so rounding
+// to float32 changes nothing (float64 inputs handed to a float32 run are the exception), and the
+// upstream gradient is on a grid every dtype holds.
 void warn_truth_on_other_values(const TraceMetadata& truth, const TraceMetadata& ref,
                                 Report& report) {
   if (truth.upstream_gradient.empty() || truth.dtype_recipe != "float64" ||
@@ -547,20 +549,8 @@ void check_randomness(const TraceMetadata* mt, const TraceMetadata* mr, const Tr
 // (autocast, master-weight gradients) or TF32. 0 for what the bound below does not judge
 // (float64 refs, integers, E8M0).
 double roundoff_of_ref(DType dt) {
-  switch (dt) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-      return 0x1p-8;
-    case DType::F8_E4M3:
-    case DType::F8_E4M3FNUZ:
-      return 0x1p-4;
-    case DType::F8_E5M2:
-    case DType::F8_E5M2FNUZ:
-      return 0x1p-3;
-    default:
-      return 0;
-  }
+  if (!is_floating(dt) || dt == DType::F64 || dt == DType::F8_E8M0) return 0;
+  return std::max(unit_roundoff(dt), 0x1p-8);
 }
 
 // A reference that is not a rendition of the truth (its own dropout masks, other inputs)
@@ -578,7 +568,7 @@ void check_reference_renders_truth(const JudgeOptions& options, Report& report) 
   std::size_t considered = 0;
   std::vector<std::pair<double, std::string>> far;  // (relative error, name)
   for (const auto& r : report.tensors) {
-    if (!r.metrics || !r.metrics->has_truth || r.rule.rfind("rmse", 0) != 0) continue;
+    if (!r.metrics || !r.metrics->has_truth || !allowance_from_ref(r.rule)) continue;
     // Measured, so test and ref had one dtype, the result's (no map by name: a million
     // names hashed cost more than the check).
     const double u = r.dtype ? roundoff_of_ref(*r.dtype) : 0;

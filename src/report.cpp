@@ -336,7 +336,11 @@ std::string render_text(const Report& report, bool verbose) {
       out += fit(name, kName);
     out += " " + fit(r.rule, 9) + pad_left(opt_number(r.ratio), 10) +
            pad_left(opt_number(r.limit), 8) + pad_left(max_ulp, 9) + pad_left(diff, 8) + "\n";
-    if (r.verdict != VerdictKind::kPass || verbose) {
+    // A pass whose ratio is above its limit (same()'s allclose fast path decided it) says why
+    // it passed, as every failure says why it failed.
+    const bool pass_above_limit =
+        r.verdict == VerdictKind::kPass && r.ratio && r.limit && *r.ratio > *r.limit;
+    if (r.verdict != VerdictKind::kPass || verbose || pass_above_limit) {
       append_detail(out, printable(r.reason));
       // A tensor paired through a map: where in test it was read.
       if (const auto src = r.tags.find("test_source"); src != r.tags.end())
@@ -540,7 +544,7 @@ void render_json(const Report& report, const std::function<void(std::string_view
   double max_ratio = -1;
   const TensorResult* max_ratio_of = nullptr;
   for (const auto& r : report.tensors) {
-    if (r.ratio && !std::isnan(*r.ratio) && *r.ratio > max_ratio && r.rule.rfind("rmse", 0) == 0) {
+    if (r.ratio && !std::isnan(*r.ratio) && *r.ratio > max_ratio && allowance_from_ref(r.rule)) {
       max_ratio = *r.ratio;
       max_ratio_of = &r;
     }

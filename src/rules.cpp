@@ -53,6 +53,10 @@ double parse_param(std::string_view text, std::string_view spec, const std::stri
 
 }  // namespace
 
+bool allowance_from_ref(std::string_view spec) {
+  return spec.starts_with("rmse") || spec.starts_with("measured");
+}
+
 Rule parse_rule(std::string_view spec, const std::string& where) {
   const auto colon = spec.find(':');
   const std::string_view head = spec.substr(0, colon);
@@ -126,6 +130,10 @@ std::optional<std::string> loosening(const Rule& r) {
   }
   if (r.kind == RuleKind::kRmse && r.param > kMaxDefaultMultiplier) {
     return "multiplier " + detail::format_number(r.param) + " is above same()'s largest (3)";
+  }
+  if (r.kind == RuleKind::kAllclose && (r.param > 1e-5 || r.rtol > 1.6e-2)) {
+    return "allclose:" + detail::format_number(r.param) + "," + detail::format_number(r.rtol) +
+           " is beyond assert_close's loosest defaults (atol 1e-05, rtol 0.016)";
   }
   if (r.kind == RuleKind::kMeasured && r.param > kMeasuredLimit) {
     return "limit " + detail::format_number(r.param) + " is above the measured rule's (" +
@@ -351,7 +359,7 @@ Verdict evaluate_allclose(const Rule& rule, const TensorView& test, const Tensor
   v.reason = std::to_string(s.beyond) + " / " + std::to_string(n) + " elements (" +
              format_number(n ? 100.0 * static_cast<double>(s.beyond) / static_cast<double>(n) : 0) +
              "%) beyond " + bound;
-  if (s.beyond > 0 && s.worst <= 1) {
+  if ((s.beyond > 0) == (s.worst <= 1)) {  // the ratio on the other side of 1 than the verdict
     v.reason +=
         " (at the bound: decided as torch.isclose rounds in " + std::string(name(test.dtype)) + ")";
   }
@@ -426,7 +434,7 @@ Verdict evaluate_measured(const Rule& rule, const TensorView& test, const Tensor
     v.reason += " (ref's error floored at half a roundoff of the truth's RMS, " +
                 format_number(floor) + ")";
   }
-  v.bias_failed = bias_check_fails(m);
+  v.bias_failed = biased;  // the rule's own bias check (--check-bias adds nothing to it)
   return v;
 }
 

@@ -112,6 +112,15 @@ def _rows(x, frac, gen_seed=7):
     return torch.randperm(n, generator=g)[:k]
 
 
+def _raced(x, frac):
+    """A copy of x whose rows (a share `frac` of them, fixed) hold the previous row's values:
+    a race, or a stale read of shared memory."""
+    rows = _rows(x, frac)
+    x = x.clone()
+    x[rows] = x[rows - 1]
+    return x
+
+
 class Matmul:
     name = "matmul"
     correct = ("splitk", "reverse_k", "round_once")
@@ -143,9 +152,7 @@ class Matmul:
         else:
             y = a.to(acc) @ b.to(acc)
         if v == "stale_rows":  # 2 of 16 rows hold the previous row's result (a race)
-            rows = _rows(y, 0.1)
-            y = y.clone()
-            y[rows] = y[rows - 1]
+            y = _raced(y, 0.1)
         return _out(y, dt, v)
 
 
@@ -181,9 +188,7 @@ class Softmax:
         else:
             s = e.sum(1, keepdim=True)
         if v == "rows_off":  # 1 row in 64 divided by its neighbour's sum (a race on shared memory)
-            rows = _rows(s, 1 / 64)
-            s = s.clone()
-            s[rows] = s[rows - 1]
+            s = _raced(s, 1 / 64)
         y = e * (1 / s) if v == "recip_mul" else e / s
         return _out(y, dt, v)
 
@@ -389,9 +394,7 @@ class SwiGLU:
         else:
             g, u = a @ wg, a @ wu
         if v == "gate_up_swapped_rows":  # 1 row in 32 takes its neighbour's up projection
-            rows = _rows(u, 1 / 32)
-            u = u.clone()
-            u[rows] = u[rows - 1]
+            u = _raced(u, 1 / 32)
         g, u = rnd(g, dt).to(acc), rnd(u, dt).to(acc)
         if v == "silu_in_dt":  # the sigmoid computed and stored in dt (TE #717's neighbour)
             sg = rnd(torch.sigmoid(g.to(dt if dt != F32 else torch.bfloat16)).to(acc), dt).to(acc)

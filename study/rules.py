@@ -24,9 +24,9 @@ NUMALIGN_RULES = [
     # The fixed tolerances users pick, through the allclose rule, which decides as
     # torch.testing.assert_close does (tests/python/test_allclose_rule.py checks it against it).
     ("assert_close defaults", {"rules": "allclose"}),
-    ("atol = rtol = 1e-2", {"rules": "allclose:0.01,0.01"}),
-    ("atol = rtol = 4e-2", {"rules": "allclose:0.04,0.04"}),
-    ("atol = rtol = 9e-2", {"rules": "allclose:0.09,0.09"}),
+    ("atol = rtol = 1e-2", {"rules": {"*": ("allclose:0.01,0.01", "a fixed tolerance users pick")}}),
+    ("atol = rtol = 4e-2", {"rules": {"*": ("allclose:0.04,0.04", "a fixed tolerance users pick")}}),
+    ("atol = rtol = 9e-2", {"rules": {"*": ("allclose:0.09,0.09", "a fixed tolerance users pick")}}),
 ]
 
 

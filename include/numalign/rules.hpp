@@ -38,6 +38,10 @@ struct Rule {
   std::string spec() const;
 };
 
+// Whether the rule a spec names measures its allowance on ref's error against the truth
+// (rmse[:M], measured[:L]): a ref that is no rendition of its truth widens it.
+bool allowance_from_ref(std::string_view spec);
+
 // Parses a rule spec; throws Error naming `where` on a bad one.
 Rule parse_rule(std::string_view spec, const std::string& where = "--rule");
 

@@ -88,6 +88,17 @@ TEST(AllcloseRuleTest, TheVerdictSaysWhatAssertCloseSays) {
   EXPECT_LE(*pass.ratio, 1);
 }
 
+TEST(AllcloseRuleTest, TolerancesBeyondAssertClosesDefaultsNeedAReason) {
+  JudgeOptions o;
+  o.default_rule = parse_rule("allclose:1e-05,0.016");
+  EXPECT_NO_THROW(check_override_reasons(o));
+  o.default_rule = parse_rule("allclose:0.01,0.01");
+  EXPECT_THROW(check_override_reasons(o), Error);
+  o.default_rule = parse_rule("allclose");
+  o.overrides.push_back({"*", parse_rule("allclose:0.04,0.04"), "ported unchanged", "policy"});
+  EXPECT_NO_THROW(check_override_reasons(o));
+}
+
 TEST(AllcloseRuleTest, IntegersAreExact) {
   JudgeOptions o;
   o.default_rule = parse_rule("allclose:10,10");

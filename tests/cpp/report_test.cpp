@@ -191,6 +191,18 @@ TEST(ReportTest, TextListsFailuresFirstAndEndsWithTheSummary) {
   EXPECT_EQ(render_summary(r), "ALIGNED: 1 of 1 tensors pass");
 }
 
+// A PASS row never shows a ratio above its limit without saying why it passed.
+TEST(ReportTest, APassAboveItsLimitSaysWhy) {
+  Report r;
+  r.tensors = {result("fast_path", VerdictKind::kPass, 6.9, 2.0, 0),
+               result("within", VerdictKind::kPass, 1.5, 2.0, 1)};
+  r.tensors[0].reason = "allclose to ref at tol 0.0001";
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("PASS     fast_path"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n         allclose to ref at tol 0.0001\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("within the limit"), std::string::npos) << text;
+}
+
 TEST(ReportTest, TextShowsFiftyPassesUnlessVerbose) {
   Report r;
   for (std::size_t i = 0; i < 53; ++i) {

@@ -47,7 +47,8 @@ def test_same_verdict_and_count_as_assert_close(dtype, tolerances):
         test, ref = _near_the_bound(dtype, atol, rtol, seed)
         passed, mismatched = _assert_close_result(
             test, ref, *(tolerances if tolerances else (None, None)))
-        report = numalign.judge({"y": test}, {"y": ref}, rules=rule)
+        report = numalign.judge({"y": test}, {"y": ref},
+                                rules={"*": (rule, "the oracle's tolerances")})
         t = report["y"]
         assert (t["verdict"] == "pass") == passed, (dtype, rule, seed, t["reason"])
         assert t["reason"].startswith(f"{mismatched} / 512 elements"), t["reason"]
@@ -66,3 +67,11 @@ def test_nan_and_inf_as_assert_close():
                 passed = False
             report = numalign.judge({"y": test}, {"y": ref}, rules="allclose", equal_nan=equal_nan)
             assert report.aligned == passed, (test, equal_nan, report["y"]["reason"])
+
+
+def test_tolerances_beyond_assert_closes_defaults_need_a_reason():
+    y = {"y": torch.ones(4)}
+    with pytest.raises(Exception, match="beyond assert_close's loosest defaults"):
+        numalign.judge(y, y, rules="allclose:0.01,0.01")
+    assert numalign.judge(y, y, rules={"*": ("allclose:0.01,0.01", "ported as it was")}).aligned
+    assert numalign.judge(y, y, rules="allclose:1e-5,1e-3").aligned  # fp16's defaults: no reason
