@@ -47,7 +47,7 @@ class HooksOnly(ModuleRecorder):
 def hooks_only(model, inputs, dtype):
     call, module, args, fingerprints = capture._prepare(model, inputs, dtype, "cpu")
     capture._record_run(HooksOnly(module, None, None), contextlib.nullcontext(), call, module,
-                        args, fingerprints, dtype, "cpu", 0, "keep")
+                        args, fingerprints, dtype, "cpu", 0, "keep", None)
 
 
 def llama(layers: int, hidden: int, vocab: int) -> transformers.LlamaForCausalLM:

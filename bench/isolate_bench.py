@@ -96,26 +96,30 @@ def _float64_unwatched(model, mode):
 
 def isolate_pieces(ref, test, inputs, dtype, repeat):
     """{piece: median seconds} of what isolate does, each timed alone, alternating."""
-    calls = isolation._record_calls(ref, inputs, None, "cpu", "keep", 0)
+    # As isolate makes them: the truth's runs on the values of the dtype's runs.
+    calls = isolation._record_calls(ref, inputs, None, "cpu", "keep", 0, dtype)
     traces = {}
 
     def role(name, model, role_dtype):
+        values_of = dtype if role_dtype == torch.float64 else None
+
         def run():
-            traces[name] = isolation._isolated_trace(model, calls, role_dtype, "cpu", "keep")
+            traces[name] = isolation._isolated_trace(model, calls, role_dtype, "cpu", "keep",
+                                                     values_of)
         return run
 
     def truth_unwatched():
         watched = _precision.float64_truth
         _precision.float64_truth = _float64_unwatched
         try:
-            isolation._isolated_trace(ref, calls, torch.float64, "cpu", "keep")
+            isolation._isolated_trace(ref, calls, torch.float64, "cpu", "keep", dtype)
         finally:
             _precision.float64_truth = watched
 
     # `judge` judges the traces the three role pieces left: they run before it, in this
     # order, in the warm-up round as in every round (time_alternating keeps dict order).
     variants = {
-        "record": lambda: isolation._record_calls(ref, inputs, None, "cpu", "keep", 0),
+        "record": lambda: isolation._record_calls(ref, inputs, None, "cpu", "keep", 0, dtype),
         "truth": role("truth", ref, torch.float64),
         "truth_unwatched": truth_unwatched,
         "ref": role("ref", ref, dtype),
