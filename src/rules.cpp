@@ -131,9 +131,14 @@ std::optional<std::string> loosening(const Rule& r) {
   if (r.kind == RuleKind::kRmse && r.param > kMaxDefaultMultiplier) {
     return "multiplier " + detail::format_number(r.param) + " is above same()'s largest (3)";
   }
-  if (r.kind == RuleKind::kAllclose && (r.param > 1e-5 || r.rtol > 1.6e-2)) {
+  // assert_close's loosest defaults are bf16's (its rtol is the largest; every atol but
+  // float64's is the same).
+  const auto [loosest_atol, loosest_rtol] = detail::assert_close_defaults(DType::BF16);
+  if (r.kind == RuleKind::kAllclose && (r.param > loosest_atol || r.rtol > loosest_rtol)) {
     return "allclose:" + detail::format_number(r.param) + "," + detail::format_number(r.rtol) +
-           " is beyond assert_close's loosest defaults (atol 1e-05, rtol 0.016)";
+           " is beyond assert_close's loosest defaults (atol " +
+           detail::format_number(loosest_atol) + ", rtol " + detail::format_number(loosest_rtol) +
+           ")";
   }
   if (r.kind == RuleKind::kMeasured && r.param > kMeasuredLimit) {
     return "limit " + detail::format_number(r.param) + " is above the measured rule's (" +
