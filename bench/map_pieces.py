@@ -25,7 +25,8 @@ def write(dir_: Path, rows: int, width: int) -> dict:
     g = torch.Generator().manual_seed(0)
     truth = {p: torch.randn(rows, width, dtype=torch.float64, generator=g) for p in "qkv"}
     ref = {p: t.float() for p, t in truth.items()}
-    test = {p: (t * (1 + 2.0 ** -22 * torch.randn(t.shape, dtype=torch.float64, generator=g))).float()
+    # a legitimate fp32 kernel: within a rounding or so of the truth (aligned under every rule)
+    test = {p: (t * (1 + 2.0 ** -27 * torch.randn(t.shape, dtype=torch.float64, generator=g))).float()
             for p, t in truth.items()}
     save_file({f"{p}.out": t for p, t in truth.items()}, dir_ / "truth.safetensors")
     save_file({f"{p}.out": t for p, t in ref.items()}, dir_ / "ref.safetensors")

@@ -117,10 +117,12 @@ struct TraceArguments {
 void add_judge_options(CLI::App* cmd, TraceArguments& traces, JudgeArguments& args) {
   cmd->add_option("test", traces.test, "trace of the implementation under test")->required();
   cmd->add_option("ref", traces.ref, "trace of the reference implementation")->required();
-  cmd->add_option("truth", traces.truth, "float64 truth trace (needed by the rmse rule)");
-  cmd->add_option("--rule", traces.rules,
-                  "SPEC or GLOB=SPEC: rmse, rmse:MULT, measured[:LIMIT], ulp:K, exact, abs:X, "
-                  "allclose[:ATOL,RTOL] (repeatable)");
+  cmd->add_option("truth", traces.truth,
+                  "float64 truth trace (needed by the measured and same rules)");
+  cmd->add_option(
+      "--rule", traces.rules,
+      "SPEC or GLOB=SPEC: measured[:LIMIT] (default), same[:MULT], ulp:K, exact, abs:X, "
+      "allclose[:ATOL,RTOL] (repeatable)");
   cmd->add_option("--policy", args.policy_path, "JSON policy file of overrides with reasons");
   cmd->add_option("--ranks", traces.ranks,
                   "N: test is N traces of tensor-parallel ranks, named as "
@@ -502,7 +504,7 @@ int main(int argc, char** argv) {
     }
     if (*compare_cmd) {
       const Rule rule = parse_rule(compare_rule, "--rule");
-      if (rule.kind == RuleKind::kRmse || rule.kind == RuleKind::kMeasured) {
+      if (rule.kind == RuleKind::kSame || rule.kind == RuleKind::kMeasured) {
         fail("--rule",
              "compare has no truth: use ulp:K, exact, abs:X or allclose[:ATOL,RTOL] (or judge "
              "with a truth)");

@@ -7,19 +7,42 @@
 
 namespace numalign::detail {
 
-LargestDifference largest_difference(const TensorView& a, const TensorView& b) {
-  LargestDifference d;
-  const std::size_t as = element_size(a.dtype), bs = element_size(b.dtype);
-  const std::uint64_t n = a.numel();
+namespace {
+
+// 0 finite, 1 NaN, 2 +Inf, 3 -Inf.
+int kind_of(double x) {
+  if (std::isfinite(x)) return 0;
+  if (std::isnan(x)) return 1;
+  return x > 0 ? 2 : 3;
+}
+
+}  // namespace
+
+NonfiniteSplit split_nonfinite(const TensorView& test, const TensorView& ref,
+                               const TensorView& truth) {
+  NonfiniteSplit s;
+  const std::size_t ts = element_size(test.dtype), rs = element_size(ref.dtype),
+                    us = element_size(truth.dtype);
+  const std::uint64_t n = test.numel();
   for (std::uint64_t i = 0; i < n; ++i) {
-    const double diff =
-        std::fabs(to_double(a.dtype, a.data + i * as) - to_double(b.dtype, b.data + i * bs));
-    if (diff > d.value) {  // NaN never wins
-      d.value = diff;
-      d.index = i;
+    const double t = to_double(test.dtype, test.data + i * ts);
+    const double r = to_double(ref.dtype, ref.data + i * rs);
+    const double u = to_double(truth.dtype, truth.data + i * us);
+    const int kt = kind_of(t), kr = kind_of(r), ku = kind_of(u);
+    if (kr != ku) {
+      if (s.ref_off++ == 0) s.first_ref_off = i;
+    } else if (kt != kr) {
+      if (s.test_off++ == 0) s.first_test_off = i;
+    } else if (kt != 0) {
+      ++s.alike;
+    } else {
+      s.finite.push_back(i);
+      s.test.push_back(t);
+      s.ref.push_back(r);
+      s.truth.push_back(u);
     }
   }
-  return d;
+  return s;
 }
 
 }  // namespace numalign::detail

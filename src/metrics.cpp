@@ -128,6 +128,7 @@ void Partial::merge(const Partial& o) {
     max_abs_truth = o.max_abs_truth;
     max_abs_truth_index = o.max_abs_truth_index;
   }
+  max_abs_ref_truth = std::max(max_abs_ref_truth, o.max_abs_ref_truth);
   if (other_wins(o.max_abs_ref, max_abs_ref, o.max_abs_ref_index, max_abs_ref_index)) {
     max_abs_ref = o.max_abs_ref;
     max_abs_ref_index = o.max_abs_ref_index;
@@ -235,6 +236,8 @@ Partial accumulate_scalar(const MetricsInput& in, const MetricOptions& opt, std:
           p.max_abs_truth = ae;
           p.max_abs_truth_index = base + i;
         }
+        const double aer = std::fabs(er);
+        if (aer > p.max_abs_ref_truth) p.max_abs_ref_truth = aer;  // NaN never wins
         count_balance(t[i], u[i], p.test_differs, p.test_over, p.test_under);
         count_balance(r[i], u[i], p.ref_differs, p.ref_over, p.ref_under);
       }
@@ -337,6 +340,7 @@ Metrics finish(const MetricsInput& in, const Partial& p) {
   m.baseline = p.n ? std::sqrt(p.sq_err_ref.value() / n) : nan;
   m.max_abs_truth = std::max(p.max_abs_truth, 0.0);
   m.max_abs_truth_index = p.max_abs_truth_index;
+  m.max_abs_ref_truth = p.max_abs_ref_truth;
   const double err_norm = std::sqrt(p.sq_err_test.value());
   const double truth_norm = std::sqrt(p.sq_truth.value());
   const double test_norm = std::sqrt(p.sq_test.value());

@@ -38,6 +38,7 @@ struct Partial {
   CompensatedSum sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth, err_sum;
   double max_abs_truth = -1;
   std::uint64_t max_abs_truth_index = 0;
+  double max_abs_ref_truth = 0;  // no index: the measured rule reads the value only
   double max_abs_ref = -1;
   std::uint64_t max_abs_ref_index = 0;
   std::uint64_t test_differs = 0, test_over = 0, test_under = 0;

@@ -605,7 +605,7 @@ HWY_INLINE const double* TruthOfBlock(const TensorView& truth, std::uint64_t bas
 // A block's metrics once its vectors are reduced to scalars.
 struct BlockTotals {
   double sq_err_test = 0, sq_err_ref = 0, sq_truth = 0, sq_test = 0, test_dot_truth = 0;
-  double err_sum = 0, probe = 0, max_ref = 0, max_truth = 0;
+  double err_sum = 0, probe = 0, max_ref = 0, max_truth = 0, max_ref_truth = 0;
   std::uint64_t largest = 0;  // ULP distance
   std::uint64_t far = 0, undecided = 0, t_equal = 0, r_equal = 0;
   std::uint64_t test_over = 0, test_under = 0, ref_over = 0, ref_under = 0;
@@ -648,6 +648,7 @@ struct BlockAccumulators {
       test_dot_truth = hn::MulAdd(v.test, vu, test_dot_truth);
       err_sum = hn::Add(err_sum, e);
       max_truth = hn::Max(max_truth, hn::Abs(e));
+      max_ref_truth = hn::Max(max_ref_truth, hn::Abs(er));
       const VD au = hn::Abs(vu), ar = hn::Abs(v.ref);
       t_equal += hn::CountTrue(d, hn::Eq(v.test, vu));
       r_equal += hn::CountTrue(d, hn::Eq(v.ref, vu));
@@ -675,6 +676,7 @@ struct BlockAccumulators {
     b.probe = kTruth ? 0 : SumLanes(probe);
     b.max_ref = hn::GetLane(hn::MaxOfLanes(d, max_ref));
     b.max_truth = kTruth ? hn::GetLane(hn::MaxOfLanes(d, max_truth)) : 0;
+    b.max_ref_truth = kTruth ? hn::GetLane(hn::MaxOfLanes(d, max_ref_truth)) : 0;
     if constexpr (Codec::kBlockDistances) {
       b.largest = codec.largest();
     } else {
@@ -697,6 +699,7 @@ struct BlockAccumulators {
       : largest(hn::Zero(DU())),
         max_ref(hn::Zero(D())),
         max_truth(hn::Zero(D())),
+        max_ref_truth(hn::Zero(D())),
         sq_err_test(hn::Zero(D())),
         sq_err_ref(hn::Zero(D())),
         sq_truth(hn::Zero(D())),
@@ -708,7 +711,8 @@ struct BlockAccumulators {
   std::uint64_t far = 0, undecided = 0, t_equal = 0, r_equal = 0;
   std::uint64_t test_over = 0, test_under = 0, ref_over = 0, ref_under = 0;
   VU largest;
-  VD max_ref, max_truth, sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth, err_sum;
+  VD max_ref, max_truth, max_ref_truth, sq_err_test, sq_err_ref, sq_truth, sq_test, test_dot_truth,
+      err_sum;
   VD probe;  // sum of |t - r|: non-finite iff some input lane is (or huge)
 };
 
@@ -788,6 +792,7 @@ HWY_INLINE void AddTruth(const BlockTotals& b, const Codec& codec, const double*
   p.test_under += b.test_under;
   p.ref_over += b.ref_over;
   p.ref_under += b.ref_under;
+  p.max_abs_ref_truth = std::max(p.max_abs_ref_truth, b.max_ref_truth);
   if (b.max_truth > p.max_abs_truth) {
     p.max_abs_truth = b.max_truth;
     p.max_abs_truth_index =

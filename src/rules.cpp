@@ -21,8 +21,8 @@ namespace numalign {
 
 std::string Rule::spec() const {
   switch (kind) {
-    case RuleKind::kRmse:
-      return param > 0 ? "rmse:" + detail::format_number(param) : "rmse";
+    case RuleKind::kSame:
+      return param > 0 ? "same:" + detail::format_number(param) : "same";
     case RuleKind::kUlp:
       return "ulp:" + detail::format_number(param);
     case RuleKind::kExact:
@@ -54,7 +54,7 @@ double parse_param(std::string_view text, std::string_view spec, const std::stri
 }  // namespace
 
 bool allowance_from_ref(std::string_view spec) {
-  return spec.starts_with("rmse") || spec.starts_with("measured");
+  return spec.starts_with("same") || spec.starts_with("rmse") || spec.starts_with("measured");
 }
 
 Rule parse_rule(std::string_view spec, const std::string& where) {
@@ -63,8 +63,9 @@ Rule parse_rule(std::string_view spec, const std::string& where) {
   const bool has_param = colon != std::string_view::npos;
   const std::string_view tail = has_param ? spec.substr(colon + 1) : std::string_view();
   Rule r;
-  if (head == "rmse" || head == "measured") {
-    r.kind = head == "rmse" ? RuleKind::kRmse : RuleKind::kMeasured;
+  // "rmse" is same's former name, still read from older policy files and scripts.
+  if (head == "same" || head == "rmse" || head == "measured") {
+    r.kind = head == "measured" ? RuleKind::kMeasured : RuleKind::kSame;
     if (has_param) {
       r.param = parse_param(tail, spec, where);
       if (r.param == 0) fail(where, "bad rule '" + std::string(spec) + "': multiplier must be > 0");
@@ -91,7 +92,7 @@ Rule parse_rule(std::string_view spec, const std::string& where) {
     }
   } else {
     fail(where, "bad rule '" + std::string(spec) +
-                    "': expected rmse, rmse:MULTIPLIER, measured, measured:LIMIT, ulp:K, exact, "
+                    "': expected measured, measured:LIMIT, same, same:MULTIPLIER, ulp:K, exact, "
                     "abs:X, allclose or allclose:ATOL,RTOL");
   }
   return r;
@@ -120,7 +121,7 @@ double rmse_multiplier(DType dtype, const Shape& shape, double tol, bool larger_
 
 namespace {
 
-// The most an rmse multiplier may be without a written reason: same()'s largest default.
+// The most a same multiplier may be without a written reason: same()'s largest default.
 constexpr double kMaxDefaultMultiplier = 3.0;
 constexpr double kMaxUlpWithoutReason = 1.0;
 
@@ -128,7 +129,7 @@ std::optional<std::string> loosening(const Rule& r) {
   if (r.kind == RuleKind::kUlp && r.param > kMaxUlpWithoutReason) {
     return "ulp:" + detail::format_number(r.param) + " allows more than 1 ULP";
   }
-  if (r.kind == RuleKind::kRmse && r.param > kMaxDefaultMultiplier) {
+  if (r.kind == RuleKind::kSame && r.param > kMaxDefaultMultiplier) {
     return "multiplier " + detail::format_number(r.param) + " is above same()'s largest (3)";
   }
   // assert_close's loosest defaults are bf16's (its rtol is the largest; every atol but
@@ -216,7 +217,7 @@ RuleChoice RuleSelector::choose(std::string_view name, DType dtype) const {
       break;
     }
   }
-  // Integers and bools have no rounding: rmse means exact for them, as in same(), and so do
+  // Integers and bools have no rounding: same means exact for them, as in same(), and so do
   // measured and allclose (assert_close's defaults for them are (0, 0)).
   if (!is_floating(dtype) && c.rule.kind != RuleKind::kUlp && c.rule.kind != RuleKind::kAbs)
     c.rule = Rule{RuleKind::kExact, 0};
@@ -253,7 +254,7 @@ std::string cancellation_note(DType dt, const Metrics& m) {
   return "; yet the largest |test - ref|, " + format_number(m.max_abs_ref) +
          ", is within 1 ULP at 4x the tensor's RMS magnitude (" + format_number(large) +
          "): the ULP count explodes where values cancel to near zero (ulp:K suits results of "
-         "one identical rounding; rmse judges kernels that round at different points)";
+         "one identical rounding; same and measured judge kernels that round at different points)";
 }
 
 // Why a ULP distance is infinite: NaN on one side only, or NaN in both (NaN != NaN unless
@@ -295,12 +296,12 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
   }
   if (truth == nullptr) {
     v.kind = VerdictKind::kError;
-    v.reason = "rule rmse needs a float64 truth trace (or choose ulp:K, exact or abs:X)";
+    v.reason = "rule same needs a float64 truth trace (or choose ulp:K, exact or abs:X)";
     return v;
   }
   if (truth->dtype != DType::F64) {
     v.kind = VerdictKind::kError;
-    v.reason = "truth is " + std::string(name(truth->dtype)) + ", not F64: rule rmse cannot judge";
+    v.reason = "truth is " + std::string(name(truth->dtype)) + ", not F64: rule same cannot judge";
     return v;
   }
   if (m.truth_nonfinite.nan == 0 && m.test_nonfinite.nan == 0 && m.ref_nonfinite.nan > 0 &&
@@ -387,12 +388,126 @@ double ratio_of(double error, double allowed) {
 // truth's RMS magnitude; and test may not be biased in sign where ref is not (the bias check,
 // with |EB(test)| above kMeasuredBiasFloor). No absolute tolerance: small values are judged
 // as large ones.
+// The measured rule on finite metrics: `index_of` maps a metric's element index to the
+// tensor's (the finite elements when NaN or Inf were left out).
+// `shift`: the power of two the values were scaled by (the floor is printed unscaled).
+Verdict measured_on_finite(double limit, DType dtype, const Shape& shape, const Metrics& m,
+                           const std::function<std::uint64_t(std::uint64_t)>& index_of,
+                           int shift = 0) {
+  Verdict v;
+  v.limit = limit;
+  // RMS(truth) = RMSE(test, truth) / relative L2 (both 0 when test is the truth: then so are
+  // the ratios).
+  const double rms_truth = m.rel_l2 > 0 ? m.error / m.rel_l2 : 0;
+  const double floor = 0.5 * unit_roundoff(dtype) * rms_truth;
+  const double whole = ratio_of(m.error, std::max(m.baseline, floor));
+  const double worst = ratio_of(m.max_abs_truth, std::max(m.max_abs_ref_truth, floor));
+  const bool biased = bias_check_fails(m) && std::fabs(m.eb_test) > kMeasuredBiasFloor;
+  v.ratio = std::max(whole, worst);
+  const std::string figures =
+      "RMSE " + format_number(whole) + "x ref's, worst element " + format_number(worst) +
+      "x ref's at " + format_index(shape, index_of(m.max_abs_truth_index)) + ", error balance " +
+      format_number(m.eb_test) + " (ref " + format_number(m.eb_ref) + ")";
+  std::vector<std::string> failed;
+  if (whole > limit) failed.push_back("RMSE vs truth above " + format_number(limit) + "x ref's");
+  if (worst > limit) failed.push_back("worst element above " + format_number(limit) + "x ref's");
+  if (biased) failed.push_back("biased in sign where ref is not");
+  v.kind = failed.empty() ? VerdictKind::kPass : VerdictKind::kFail;
+  v.reason = (failed.empty() ? "" : detail::joined(failed, "; ") + ": ") + figures;
+  if (m.baseline < floor || m.max_abs_ref_truth < floor) {
+    v.reason += " (ref's error floored at half a roundoff of the truth's RMS, " +
+                format_number(std::ldexp(floor, -shift)) + ")";
+  }
+  v.bias_failed = biased;  // the rule's own bias check (--check-bias adds nothing to it)
+  return v;
+}
+
+std::string nonfinite_word(std::uint64_t count) {
+  return std::to_string(count) + (count == 1 ? " element" : " elements");
+}
+
+// Whether float64's squares lost the tensor's sums: they overflowed (an RMSE or norm that is
+// not finite, a truth whose norm swamps its error) or underflowed (an error nonzero element
+// by element whose RMSE is 0), or come near either end of float64's range.
+bool squares_out_of_range(const Metrics& m) {
+  constexpr double kLow = 0x1p-450, kHigh = 0x1p+450;
+  const auto extreme = [&](double x) { return x > 0 && (x < kLow || x > kHigh); };
+  return !std::isfinite(m.error) || !std::isfinite(m.baseline) || !std::isfinite(m.rel_l2) ||
+         (m.error == 0 && m.max_abs_truth > 0) || (m.baseline == 0 && m.max_abs_ref_truth > 0) ||
+         (m.rel_l2 == 0 && m.error > 0) || extreme(m.max_abs_truth) ||
+         extreme(m.max_abs_ref_truth) || extreme(m.error) || extreme(m.baseline);
+}
+
+// The measured rule's figures are ratios, unchanged when every value is scaled by a power of
+// two: the finite values are scaled so that the largest is near 1 (exactly, but for values
+// 2^1000 below it, which add nothing to the sums) and their metrics taken again.
+Metrics metrics_near_one(detail::NonfiniteSplit& s, int& shift) {
+  double largest = 0;
+  for (const auto* values : {&s.test, &s.ref, &s.truth}) {
+    for (double x : *values) largest = std::max(largest, std::fabs(x));
+  }
+  shift = 0;
+  if (largest > 0) {
+    shift = -std::ilogb(largest);
+    for (auto* values : {&s.test, &s.ref, &s.truth}) {
+      for (double& x : *values) x = std::ldexp(x, shift);
+    }
+  }
+  const Shape flat{static_cast<std::uint64_t>(s.finite.size())};
+  const auto view = [&](const std::vector<double>& values) {
+    return TensorView{DType::F64, flat, reinterpret_cast<const std::byte*>(values.data())};
+  };
+  const TensorView t = view(s.test), r = view(s.ref), u = view(s.truth);
+  const MetricsInput in{&t, &r, &u};
+  return compute_metrics(std::span(&in, 1), MetricOptions{}, 1)[0];
+}
+
+// NaN or Inf somewhere, or sums out of float64's range: the places where test, ref and
+// truth hold NaN or Inf alike are left out and the finite rest judged near 1; ref
+// disagreeing with its truth there cannot be judged, test disagreeing with both fails.
+Verdict measured_on_copies(double limit, const TensorView& test, const TensorView& ref,
+                           const TensorView& truth) {
+  detail::NonfiniteSplit s = detail::split_nonfinite(
+      ContiguousView(test).get(), ContiguousView(ref).get(), ContiguousView(truth).get());
+  Verdict v;
+  v.limit = limit;
+  if (s.ref_off > 0) {
+    v.kind = VerdictKind::kError;
+    v.reason = "ref and truth differ in NaN or Inf at " + nonfinite_word(s.ref_off) +
+               " (first at " + format_index(test.shape, s.first_ref_off) +
+               "): ref's error there is unbounded, so it sets no allowance";
+    return v;
+  }
+  if (s.test_off > 0) {
+    v.kind = VerdictKind::kFail;
+    v.ratio = INFINITY;
+    v.reason = "test differs from ref and truth in NaN or Inf at " + nonfinite_word(s.test_off) +
+               " (first at " + format_index(test.shape, s.first_test_off) + ")";
+    return v;
+  }
+  const std::string left_out = s.alike ? " (" + nonfinite_word(s.alike) +
+                                             " NaN or Inf alike in test, ref and truth left out)"
+                                       : std::string();
+  if (s.finite.empty()) {
+    v.kind = VerdictKind::kPass;
+    v.ratio = 0;
+    v.reason = "all " + nonfinite_word(s.alike) + " NaN or Inf alike in test, ref and truth";
+    return v;
+  }
+  int shift = 0;
+  const Metrics m = metrics_near_one(s, shift);
+  v = measured_on_finite(
+      limit, test.dtype, test.shape, m, [&](std::uint64_t i) { return s.finite[i]; }, shift);
+  v.reason += left_out;
+  return v;
+}
+
 Verdict evaluate_measured(const Rule& rule, const TensorView& test, const TensorView& ref,
                           const TensorView* truth, const Metrics& m) {
-  Verdict v;
   const double limit = rule.param > 0 ? rule.param : kMeasuredLimit;
-  v.limit = limit;
   if (truth == nullptr || truth->dtype != DType::F64) {
+    Verdict v;
+    v.limit = limit;
     v.kind = VerdictKind::kError;
     v.reason = truth ? "truth is " + std::string(name(truth->dtype)) +
                            ", not F64: rule measured cannot judge"
@@ -400,47 +515,11 @@ Verdict evaluate_measured(const Rule& rule, const TensorView& test, const Tensor
                        "abs:X or allclose)";
     return v;
   }
-  if (nonfinite(m.ref_nonfinite) + nonfinite(m.truth_nonfinite) > 0) {
-    v.kind = VerdictKind::kError;
-    v.reason = "ref holds " + std::to_string(nonfinite(m.ref_nonfinite)) + " and truth " +
-               std::to_string(nonfinite(m.truth_nonfinite)) +
-               " NaN or Inf: rule measured judges finite runs (rule rmse follows same()'s NaN "
-               "rules)";
-    return v;
+  if (nonfinite(m.test_nonfinite) + nonfinite(m.ref_nonfinite) + nonfinite(m.truth_nonfinite) > 0 ||
+      squares_out_of_range(m)) {
+    return measured_on_copies(limit, test, ref, *truth);
   }
-  if (nonfinite(m.test_nonfinite) > 0) {
-    v.kind = VerdictKind::kFail;
-    v.ratio = INFINITY;
-    v.reason = "test holds " + std::to_string(nonfinite(m.test_nonfinite)) +
-               " NaN or Inf where ref and truth are finite";
-    return v;
-  }
-  // RMS(truth) = RMSE(test, truth) / relative L2 (both 0 when test is the truth: then so are
-  // the ratios).
-  const double rms_truth = m.rel_l2 > 0 ? m.error / m.rel_l2 : 0;
-  const double floor = 0.5 * unit_roundoff(test.dtype) * rms_truth;
-  const detail::LargestDifference ref_worst =
-      detail::largest_difference(ContiguousView(ref).get(), ContiguousView(*truth).get());
-  const double whole = ratio_of(m.error, std::max(m.baseline, floor));
-  const double worst = ratio_of(m.max_abs_truth, std::max(ref_worst.value, floor));
-  const bool biased = bias_check_fails(m) && std::fabs(m.eb_test) > kMeasuredBiasFloor;
-  v.ratio = std::max(whole, worst);
-  const std::string figures = "RMSE " + format_number(whole) + "x ref's, worst element " +
-                              format_number(worst) + "x ref's at " +
-                              format_index(test.shape, m.max_abs_truth_index) + ", error balance " +
-                              format_number(m.eb_test) + " (ref " + format_number(m.eb_ref) + ")";
-  std::vector<std::string> failed;
-  if (whole > limit) failed.push_back("RMSE vs truth above " + format_number(limit) + "x ref's");
-  if (worst > limit) failed.push_back("worst element above " + format_number(limit) + "x ref's");
-  if (biased) failed.push_back("biased in sign where ref is not");
-  v.kind = failed.empty() ? VerdictKind::kPass : VerdictKind::kFail;
-  v.reason = (failed.empty() ? "" : detail::joined(failed, "; ") + ": ") + figures;
-  if (m.baseline < floor || ref_worst.value < floor) {
-    v.reason += " (ref's error floored at half a roundoff of the truth's RMS, " +
-                format_number(floor) + ")";
-  }
-  v.bias_failed = biased;  // the rule's own bias check (--check-bias adds nothing to it)
-  return v;
+  return measured_on_finite(limit, test.dtype, test.shape, m, [](std::uint64_t i) { return i; });
 }
 
 }  // namespace
@@ -450,7 +529,7 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
   const Rule& rule = choice.rule;
   Verdict v;
   switch (rule.kind) {
-    case RuleKind::kRmse:
+    case RuleKind::kSame:
       v = evaluate_rmse(rule, test, ref, truth, m, o);
       break;
     case RuleKind::kUlp: {
@@ -494,7 +573,7 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
       break;
     }
   }
-  if (rule.kind == RuleKind::kRmse && rule.param > 0 && choice.override &&
+  if (rule.kind == RuleKind::kSame && rule.param > 0 && choice.override &&
       choice.override->reason.empty() && v.kind != VerdictKind::kError) {
     const double dflt = rmse_multiplier(test.dtype, test.shape, o.tol,
                                         o.larger_multiplier_for_small, o.force_max_multiplier);

@@ -294,8 +294,8 @@ def main():
     svg_roc(flags, cases, points, out / "rule_study.svg")
     n_correct, n_bug = len(correct_idx(cases)), sum(c.label == "bug" for c in cases)
     n_eff, n_big = len(effective_idx(cases)), len(big_idx(cases))
-    chosen = ["numalign measured (candidate default)", "numalign same() rule (today's default)",
-              "numalign same() rule + --check-bias", "assert_close defaults"]
+    chosen = ["numalign measured (the default)", "numalign same (same()'s rule, the former default)",
+              "numalign same + --check-bias", "assert_close defaults"]
     dtypes = list(corpus.DTYPES)
     md = [
         "# The rule study: false alarms and detection on a labelled corpus",

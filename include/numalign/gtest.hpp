@@ -2,7 +2,7 @@
 // element type, printing numalign's text report on failure. The options (rule, tol, bias
 // check, policy) are resolved by the core, as the CLI and Python resolve theirs.
 //
-//   EXPECT_ALIGNED(test, ref, truth);                    // the default rule (rmse vs truth)
+//   EXPECT_ALIGNED(test, ref, truth);                    // the default rule (measured)
 //   EXPECT_ALIGNED_WITH(test, ref, truth, numalign::check().check_bias().name("out").shape({m,
 //   n})); EXPECT_MATCHES_WITH(test, ref, "ulp:1");             // no truth: exact, ulp:K, abs:X
 //   EXPECT_MATCHES_WITH(a, b, numalign::check().rule("exact").dtype(numalign::DType::F8_E4M3));
@@ -44,7 +44,7 @@ struct float16_bits {
 };
 
 // The options of one check, as arguments the core resolves (numalign::resolve_options):
-// unset fields keep the defaults (the rmse rule against the truth, tol 1e-4, no bias check).
+// unset fields keep the defaults (the measured rule against the truth).
 class CheckOptions {
  public:
   CheckOptions() { args_.rules_origin = "rule"; }
@@ -52,7 +52,7 @@ class CheckOptions {
   CheckOptions(const char* spec) : CheckOptions() { rule(spec); }         // NOLINT
   CheckOptions(const std::string& spec) : CheckOptions() { rule(spec); }  // NOLINT
 
-  // "SPEC" (rmse, rmse:M, measured[:L], ulp:K, exact, abs:X, allclose[:ATOL,RTOL]) or
+  // "SPEC" (measured[:L], same[:M], ulp:K, exact, abs:X, allclose[:ATOL,RTOL]) or
   // "GLOB=SPEC" for the names the glob matches.
   CheckOptions& rule(std::string_view text) {
     rules_.push_back({std::string(text), std::nullopt});
@@ -269,7 +269,7 @@ template <class A, class B>
 }  // namespace gtest_detail
 }  // namespace numalign
 
-// test vs ref under the default rule (rmse against the float64 truth).
+// test vs ref under the default rule (measured against the float64 truth).
 #define EXPECT_ALIGNED(test, ref, truth) \
   EXPECT_PRED_FORMAT3(::numalign::gtest_detail::assert_aligned, test, ref, truth)
 #define ASSERT_ALIGNED(test, ref, truth) \

@@ -85,6 +85,7 @@ struct Metrics {
   double baseline = 0;  // RMSE(ref, truth)
   double max_abs_truth = 0;
   std::uint64_t max_abs_truth_index = 0;
+  double max_abs_ref_truth = 0;          // max |ref - truth|: ref's worst element (measured)
   double rel_l2 = 0;                     // ||test - truth|| / ||truth||
   double cosine = 0;                     // cos(test, truth); NaN when a norm is 0
   double mean_error = 0;                 // mean(test - truth), the bias
@@ -128,7 +129,7 @@ struct MetricOptions {
 };
 
 // One tensor's three inputs. test and ref must have equal dtype and numel; truth (optional)
-// must have ref's numel and may be any judgeable dtype (F64 for the rmse rule).
+// must have ref's numel and may be any judgeable dtype (F64 for the measured and same rules).
 struct MetricsInput {
   const TensorView* test = nullptr;
   const TensorView* ref = nullptr;

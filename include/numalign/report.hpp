@@ -59,7 +59,7 @@ struct ModuleRank {
 
 struct Report {
   std::string title;     // "test.safetensors vs ref.safetensors (truth: truth.safetensors)"
-  std::string settings;  // "rule rmse, tol 1e-04"
+  std::string settings;  // "rule measured, tol 1e-04"
   std::vector<TensorResult> tensors;
   std::vector<std::string> warnings;
   // Why the run as a whole cannot be judged, whatever its tensors say (nothing was judged,

@@ -1,6 +1,6 @@
-// numalign/rules.hpp: the rules (rmse vs truth, ulp:K, exact, abs:X, allclose:ATOL,RTOL), their
-// constants as in PyTorch's `torch._dynamo.utils.same()`, per-tensor overrides and the policy
-// file.
+// numalign/rules.hpp: the rules (measured, the default; same, PyTorch's
+// `torch._dynamo.utils.same()` exactly, with its constants; ulp:K, exact, abs:X,
+// allclose:ATOL,RTOL), per-tensor overrides and the policy file.
 #pragma once
 
 #include <memory>
@@ -18,7 +18,7 @@ namespace numalign {
 
 struct TensorMap;  // map.hpp
 
-enum class RuleKind { kRmse, kUlp, kExact, kAbs, kAllclose, kMeasured };
+enum class RuleKind { kSame, kUlp, kExact, kAbs, kAllclose, kMeasured };
 
 // The measured rule's constants, chosen on the rule study (docs/rule_study.md, `make study`):
 // the limit on each ratio of test's error to ref's, and the least |error balance| that fails
@@ -27,19 +27,19 @@ inline constexpr double kMeasuredLimit = 3.0;
 inline constexpr double kMeasuredBiasFloor = 0.3;
 
 struct Rule {
-  RuleKind kind = RuleKind::kRmse;
-  // ulp: K; abs: X; rmse: a fixed multiplier replacing same()'s table (0 = the table);
+  RuleKind kind = RuleKind::kMeasured;  // the default rule
+  // ulp: K; abs: X; same: a fixed multiplier replacing same()'s table (0 = the table);
   // allclose: atol (negative: torch.testing.assert_close's defaults for the tensor's dtype);
   // measured: the limit on its ratios (0 = kMeasuredLimit).
   double param = 0;
   double rtol = 0;  // allclose's
-  // "rmse", "rmse:5", "ulp:1", "exact", "abs:0.13", "allclose", "allclose:1e-05,0.016",
-  // "measured", "measured:4"
+  // "measured", "measured:4", "same", "same:5", "ulp:1", "exact", "abs:0.13", "allclose",
+  // "allclose:1e-05,0.016" ("rmse[:M]", same's former name, parses as same)
   std::string spec() const;
 };
 
 // Whether the rule a spec names measures its allowance on ref's error against the truth
-// (rmse[:M], measured[:L]): a ref that is no rendition of its truth widens it.
+// (same[:M], measured[:L]): a ref that is no rendition of its truth widens it.
 bool allowance_from_ref(std::string_view spec);
 
 // Parses a rule spec; throws Error naming `where` on a bad one.
@@ -97,7 +97,7 @@ void load_policy(const std::string& path, JudgeOptions& options);
 void parse_policy(std::string_view json, const std::string& path, JudgeOptions& options);
 
 // Throws Error when an override loosens a rule without a written reason: ulp:K with K > 1,
-// or an rmse multiplier above the largest of same()'s defaults for its dtype class.
+// a same multiplier above the largest of same()'s defaults for its dtype class.
 void check_override_reasons(const JudgeOptions& options);
 
 // A reason that is empty or only whitespace: no reason (override reasons, shared randomness).
@@ -114,8 +114,8 @@ enum class VerdictKind { kPass, kFail, kError };
 struct Verdict {
   VerdictKind kind = VerdictKind::kPass;
   std::string reason;           // why it failed or could not be judged; how it passed
-  std::optional<double> ratio;  // the rule's measure (rmse: error / baseline)
-  std::optional<double> limit;  // its bound (rmse: the multiplier)
+  std::optional<double> ratio;  // the rule's measure (same: error / baseline)
+  std::optional<double> limit;  // its bound (same: the multiplier)
   bool bias_failed = false;     // the bias check would fail (a warning unless check_bias)
   std::vector<std::string> warnings;
 };
@@ -146,7 +146,7 @@ class RuleSelector {
 
 // Applies a rule to metrics of test/ref/truth that already agree in dtype and shape.
 // truth may be null (ulp / exact / abs need none). The views' data must be readable: where
-// the rmse inequality is too close to call in float64, it is decided on the data exactly.
+// same's inequality is too close to call in float64, it is decided on the data exactly.
 Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorView& ref,
                  const TensorView* truth, const Metrics& metrics, const JudgeOptions& options);
 

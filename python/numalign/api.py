@@ -96,7 +96,7 @@ def judge(test, ref, truth=None, *, tol=None, rules=None, policy=None, equal_nan
     same-named tensor of ``test``, measured against the float64 ``truth``. Each may be a
     tensor, an array, a nested structure of them (flattened to dotted names: ``logits``,
     ``past.0.key``), a Trace, or a path. Options left None take the policy's value, else
-    the default (tol 1e-4, rule rmse, flags off), as the CLI's options do.
+    the default (rule measured, tol 1e-4, flags off), as the CLI's options do.
     ``magnitude_profile=True`` also bins each tensor's error by the magnitude of the truth
     during the pass, for the chart of ``Report.to_html()``. Runs that captured random draws
     (dropout in training mode, the RNG) cannot be judged unless ``shared_randomness`` gives

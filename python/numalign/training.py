@@ -103,7 +103,7 @@ def check_data_parallel(model_fn, batch, world_size: int, dtype=torch.float32, s
     on an equal shard of the batch, and in one process on all of it. Every rank's gradients,
     updated parameters and the loss of each step (``step<k>.grad.<param>``,
     ``step<k>.param.<param>``, ``step<k>.loss``) are judged against the single-process run,
-    measured against the same single-process run in float64 (the rmse rule; ``options`` as
+    measured against the same single-process run in float64 (the measured rule; ``options`` as
     for ``numalign.judge``). Returns the merged Report, names prefixed ``rank<N>/``."""
     ref, truth = distributed.spawn(_single_process_runs, 1, (model_fn, optimizer_fn, loss_fn, batch,
                                                              dtype, steps, seed), timeout=timeout)[0]

@@ -222,12 +222,12 @@ NB_MODULE(_core, m) {
   nb::class_<JudgeOptions>(m, "JudgeOptions");
   m.def("resolve_options", &resolve_options, "arguments"_a);
 
-  // "rmse", "ulp", "exact", "abs", "allclose" or "measured": the kind of a rule spec (raises on
+  // "same", "ulp", "exact", "abs", "allclose" or "measured": the kind of a rule spec (raises on
   // a bad one).
   m.def(
       "rule_kind",
       [](const std::string& spec, const std::string& where) {
-        static constexpr const char* kinds[] = {"rmse", "ulp",      "exact",
+        static constexpr const char* kinds[] = {"same", "ulp",      "exact",
                                                 "abs",  "allclose", "measured"};
         return std::string(kinds[static_cast<int>(parse_rule(spec, where).kind)]);
       },

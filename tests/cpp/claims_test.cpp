@@ -117,9 +117,15 @@ TEST(AllreduceClaimsTest, FusedIsMoreAccurateThanUnfusedAtEveryMagnitude) {
     const AllreduceCase c(4, 4096, magnitude, 21);
     const Buffer truth = c.truth(), ref = c.run(AllreduceVariant::kUnfused);
     const Buffer fused = c.run(AllreduceVariant::kFused);
-    const TensorResult rmse = judge_one(fused, ref, &truth);
-    EXPECT_EQ(rmse.verdict, VerdictKind::kPass) << magnitude;
-    EXPECT_LT(*rmse.ratio, 1.0) << magnitude;  // more accurate than the reference
+    // More accurate than the reference in RMSE (same's ratio), and nowhere worse than its
+    // worst element (measured's ratio, the larger of the two, is 1: both keep one rounding
+    // at the element that cancels most).
+    const TensorResult same = judge_one(fused, ref, &truth, with_rule("same"));
+    EXPECT_EQ(same.verdict, VerdictKind::kPass) << magnitude;
+    EXPECT_LT(*same.ratio, 1.0) << magnitude;
+    const TensorResult measured = judge_one(fused, ref, &truth);
+    EXPECT_EQ(measured.verdict, VerdictKind::kPass) << magnitude << " " << measured.reason;
+    EXPECT_LE(*measured.ratio, 1.0) << magnitude;
     EXPECT_EQ(judge_one(fused, ref, &truth, with_rule("exact")).verdict, VerdictKind::kFail);
     // Where the residual cancels the sum, two roundings differ by thousands of ULPs.
     EXPECT_GT(judge_one(fused, ref, &truth, with_rule("ulp:1")).metrics->ulp.max, 1000u);
@@ -128,17 +134,22 @@ TEST(AllreduceClaimsTest, FusedIsMoreAccurateThanUnfusedAtEveryMagnitude) {
   }
 }
 
-TEST(AllreduceClaimsTest, OnlyTheBiasCheckCatchesTruncation) {
-  JudgeOptions bias;
+// Truncation keeps the RMSE under same()'s limit: the same rule passes it unless its bias
+// check is on; the default rule (measured) fails it as biased.
+TEST(AllreduceClaimsTest, TruncationFailsTheDefaultRuleAndSameOnlyWithTheBiasCheck) {
+  JudgeOptions bias = with_rule("same");
   bias.check_bias = true;
   for (double magnitude : {1.0, 64.0}) {
     const AllreduceCase c(4, 4096, magnitude, 33);
     const Buffer truth = c.truth(), ref = c.run(AllreduceVariant::kUnfused);
     const Buffer truncating = c.run(AllreduceVariant::kTruncating);
-    const TensorResult plain = judge_one(truncating, ref, &truth);
+    const TensorResult plain = judge_one(truncating, ref, &truth, with_rule("same"));
     EXPECT_EQ(plain.verdict, VerdictKind::kPass);
     EXPECT_LT(*plain.ratio, 3.0);
     EXPECT_LT(plain.metrics->eb_test, -0.7);
+    const TensorResult measured = judge_one(truncating, ref, &truth);
+    EXPECT_EQ(measured.verdict, VerdictKind::kFail);
+    EXPECT_NE(measured.reason.find("biased in sign where ref is not"), std::string::npos);
     EXPECT_EQ(judge_one(truncating, ref, &truth, bias).verdict, VerdictKind::kFail);
     // A correctly rounding kernel passes the same check.
     EXPECT_EQ(judge_one(c.run(AllreduceVariant::kFused), ref, &truth, bias).verdict,

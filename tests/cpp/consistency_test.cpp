@@ -235,7 +235,7 @@ TEST_F(ConsistencyTest, RefusesOtherRulesAndASingleRank) {
     EXPECT_EQ(e.where(), "consistent");
   }
   add_rank({f32("a", ramp(4))});
-  for (const std::string rule : {"rmse", "abs:0.1"}) {
+  for (const std::string rule : {"same", "measured", "abs:0.1"}) {
     try {
       check(rule);
       FAIL() << rule << " accepted";

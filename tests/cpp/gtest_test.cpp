@@ -71,7 +71,7 @@ TEST(GtestChecksTest, DefaultRuleOnVectorsOfFloatAndDouble) {
       "bad", "ref", "truth", "", bad, ref, truth, check().name("mm.out").shape({16, 16})));
   expect_contains(text,
                   {"bad is not aligned with ref (truth truth)", "FAIL     mm.out", "RMSE vs truth",
-                   "rule rmse", "max |test-truth|", " at (", "mm.out: max |test - ref| "});
+                   "rule measured", "max |test-truth|", " at (", "mm.out: max |test - ref| "});
 }
 
 TEST(GtestChecksTest, UlpRuleOnBf16WithNameAndShapeGivesTheIndex) {
@@ -101,13 +101,16 @@ TEST(GtestChecksTest, ExactAndAbsWithoutTruth) {
                           "max |test - ref| 0.0");
 }
 
-TEST(GtestChecksTest, RmseWithoutTruthCannotJudge) {
-  // Outside the allclose fast path (1 ULP of values 1-4 exceeds tol), rmse needs the truth.
+TEST(GtestChecksTest, DefaultAndSameWithoutTruthCannotJudge) {
+  // The default rule needs the truth even for equal tensors; same's allclose fast path
+  // passes those without one, and outside it (1 ULP of values 1-4 exceeds tol) needs it too.
   const auto values = positive(32);
   const auto ref = bf16(values), test = bf16(values, 1);
-  EXPECT_MATCHES_WITH(ref, ref, check());  // allclose: the fast path passes without one
-  EXPECT_NONFATAL_FAILURE(EXPECT_MATCHES_WITH(test, ref, check()),
-                          "rule rmse needs a float64 truth");
+  EXPECT_NONFATAL_FAILURE(EXPECT_MATCHES_WITH(ref, ref, check()),
+                          "rule measured needs a float64 truth");
+  EXPECT_MATCHES_WITH(ref, ref, "same");
+  EXPECT_NONFATAL_FAILURE(EXPECT_MATCHES_WITH(test, ref, "same"),
+                          "rule same needs a float64 truth");
 }
 
 TEST(GtestChecksTest, AssertFormsStopTheTest) {
@@ -115,27 +118,32 @@ TEST(GtestChecksTest, AssertFormsStopTheTest) {
   static const std::vector<float> test = {1.0f, 2.0f, 3.5f};
   static const std::vector<double> truth = {1.0, 2.0, 3.0};
   EXPECT_FATAL_FAILURE(ASSERT_MATCHES_WITH(test, ref, "exact"), "1 of 3 elements differ");
-  EXPECT_FATAL_FAILURE(ASSERT_ALIGNED_WITH(test, ref, truth, "rmse"), "NOT ALIGNED");
+  EXPECT_FATAL_FAILURE(ASSERT_ALIGNED_WITH(test, ref, truth, "same"), "NOT ALIGNED");
   EXPECT_FATAL_FAILURE(ASSERT_ALIGNED(test, ref, truth), "NOT ALIGNED");
 }
 
-TEST(GtestChecksTest, BiasCheckFailsTheTruncatingKernelOnly) {
+TEST(GtestChecksTest, TheDefaultAndSamesBiasCheckFailTheTruncatingKernelOnly) {
   const AllreduceCase c(4, 4096, 1.0, 11);
   const auto truth = elements<double>(c.truth());
   const auto ref = elements<bfloat16_bits>(c.run(AllreduceVariant::kUnfused));
   const auto fused = elements<bfloat16_bits>(c.run(AllreduceVariant::kFused));
   const auto truncating = elements<bfloat16_bits>(c.run(AllreduceVariant::kTruncating));
-  EXPECT_ALIGNED(truncating, ref, truth);  // rmse alone passes it
-  EXPECT_ALIGNED_WITH(fused, ref, truth, check().check_bias());
-  EXPECT_NONFATAL_FAILURE(EXPECT_ALIGNED_WITH(truncating, ref, truth, check().check_bias()),
-                          "biased: error balance");
+  EXPECT_ALIGNED(fused, ref, truth);
+  EXPECT_NONFATAL_FAILURE(EXPECT_ALIGNED(truncating, ref, truth), "biased in sign");
+  EXPECT_ALIGNED_WITH(truncating, ref, truth, "same");  // same()'s rule alone passes it
+  EXPECT_ALIGNED_WITH(fused, ref, truth, check().rule("same").check_bias());
+  EXPECT_NONFATAL_FAILURE(
+      EXPECT_ALIGNED_WITH(truncating, ref, truth, check().rule("same").check_bias()),
+      "biased: error balance");
 }
 
 TEST(GtestChecksTest, TolIsTheCoresOption) {
   const std::vector<float> ref = {1.0f, 2.0f, 3.0f}, test = {1.0f, 2.0f, 3.001f};
   const std::vector<double> truth = {1.0, 2.0, 3.0};
-  EXPECT_NONFATAL_FAILURE(EXPECT_ALIGNED(test, ref, truth), "NOT ALIGNED");
-  EXPECT_ALIGNED_WITH(test, ref, truth, check().tol(1e-3));  // the allclose fast path
+  EXPECT_NONFATAL_FAILURE(EXPECT_ALIGNED_WITH(test, ref, truth, "same"), "NOT ALIGNED");
+  // same's allclose fast path (the measured rule has no tolerance: it fails at any tol)
+  EXPECT_ALIGNED_WITH(test, ref, truth, check().rule("same").tol(1e-3));
+  EXPECT_NONFATAL_FAILURE(EXPECT_ALIGNED_WITH(test, ref, truth, check().tol(1e-3)), "NOT ALIGNED");
   EXPECT_NONFATAL_FAILURE(EXPECT_ALIGNED_WITH(test, ref, truth, check().tol(-1)),
                           "tol: must be a non-negative number");
 }

@@ -128,7 +128,9 @@ TEST(MeasuredRuleTest, RefusesWhatItCannotJudge) {
   EXPECT_EQ(judge_measured({1, 2}, {1, 2}, {nan, 2}).verdict.kind, VerdictKind::kError);
   const Judged bad_test = judge_measured({1, 2}, {nan, 2}, {1, 2});
   EXPECT_EQ(bad_test.verdict.kind, VerdictKind::kFail);
-  EXPECT_NE(bad_test.verdict.reason.find("test holds 1 NaN or Inf"), std::string::npos);
+  EXPECT_NE(bad_test.verdict.reason.find("test differs from ref and truth in NaN or Inf at 1 "
+                                         "element (first at (0,))"),
+            std::string::npos);
   const Buffer t = make_buffer(DType::F32, {2}, {1, 2});
   const TensorView tv = t.view();
   const Metrics m = compute_metrics(tv, tv, &tv);
@@ -149,6 +151,76 @@ TEST(MeasuredRuleTest, SpecsAndLoosening) {
   EXPECT_THROW(check_override_reasons(o), Error);
   o.default_rule = parse_rule("measured");
   EXPECT_EQ(choose_rule("x", DType::I64, o).rule.kind, RuleKind::kExact);
+}
+
+}  // namespace
+}  // namespace numalign
+
+namespace numalign {
+namespace {
+
+// Masked attention scores and the like: -Inf, +Inf and NaN where all three runs hold them
+// alike are left out, and the finite rest is judged as it would be alone.
+TEST(MeasuredRuleTest, NanAndInfAlikeInAllThreeRunsAreLeftOut) {
+  const double inf = INFINITY, nan = std::nan("");
+  const double d = 0x1p-20;
+  const std::vector<double> u{-inf, 1, 2, inf, nan, 3};
+  const std::vector<double> r{-inf, 1 + d, 2 - d, inf, nan, 3 + d};
+  const std::vector<double> good{-inf, 1 - d, 2 + d, inf, nan, 3 - 2 * d};
+  const Judged pass = judge_measured(u, good, r);
+  EXPECT_EQ(pass.verdict.kind, VerdictKind::kPass) << pass.verdict.reason;
+  EXPECT_EQ(*pass.verdict.ratio, 2.0);
+  EXPECT_NE(pass.verdict.reason.find("3 elements NaN or Inf alike in test, ref and truth left "
+                                     "out"),
+            std::string::npos)
+      << pass.verdict.reason;
+  // The finite rest judged as it would be alone: a worst element 4x ref's fails, and the
+  // index named is the tensor's, not the finite rest's.
+  std::vector<double> bad = good;
+  bad[5] = 3 + 4 * d;
+  const Judged fail = judge_measured(u, bad, r);
+  EXPECT_EQ(fail.verdict.kind, VerdictKind::kFail) << fail.verdict.reason;
+  EXPECT_NE(fail.verdict.reason.find("worst element 4x ref's at (5,)"), std::string::npos)
+      << fail.verdict.reason;
+  const Judged alone = judge_measured({1, 2, 3}, {1 - d, 2 + d, 3 + 4 * d}, {1 + d, 2 - d, 3 + d});
+  EXPECT_EQ(*alone.verdict.ratio, *fail.verdict.ratio);
+}
+
+// Squares beyond float64's range either way: the ratios are decided on the values scaled
+// near 1, as at every other magnitude (an error of 4x ref's fails, 2x passes).
+TEST(MeasuredRuleTest, SquaresOutOfFloat64sRangeAreDecidedOnScaledValues) {
+  for (const double scale : {1e200, 1.0, 1e-200, 1e-310}) {
+    const Judged four = judge_measured({0, scale}, {4 * scale, scale}, {scale, scale});
+    EXPECT_EQ(four.verdict.kind, VerdictKind::kFail) << scale << " " << four.verdict.reason;
+    EXPECT_EQ(*four.verdict.ratio, 4.0) << scale;
+    const Judged two = judge_measured({0, scale}, {2 * scale, scale}, {scale, scale});
+    EXPECT_EQ(two.verdict.kind, VerdictKind::kPass) << scale << " " << two.verdict.reason;
+    EXPECT_EQ(*two.verdict.ratio, 2.0) << scale;
+  }
+  // A truth whose squares overflow while the errors' do not: ref's floor is kept.
+  const Judged big = judge_measured({1e300, -1e300}, {1e300, -1e300}, {1e300, -1e300});
+  EXPECT_EQ(big.verdict.kind, VerdictKind::kPass) << big.verdict.reason;
+}
+
+TEST(MeasuredRuleTest, NanOrInfOfTheWrongKindFailsTestOrRefusesRef) {
+  const double inf = INFINITY, nan = std::nan("");
+  const std::vector<double> u{-inf, 1, 2}, r{-inf, 1, 2};
+  for (const auto& test : std::vector<std::vector<double>>{
+           {inf, 1, 2}, {nan, 1, 2}, {-1e30, 1, 2}, {-inf, inf, 2}, {-inf, 1, nan}}) {
+    const Judged j = judge_measured(u, test, r);
+    EXPECT_EQ(j.verdict.kind, VerdictKind::kFail) << j.verdict.reason;
+    EXPECT_EQ(*j.verdict.ratio, INFINITY);
+  }
+  // ref Inf where its truth is finite (an overflow), or finite where its truth is -Inf: its
+  // error there is unbounded, whatever test holds.
+  for (const auto& ref :
+       std::vector<std::vector<double>>{{-inf, inf, 2}, {-1e30, 1, 2}, {nan, 1, 2}}) {
+    const Judged j = judge_measured(u, r, ref);
+    EXPECT_EQ(j.verdict.kind, VerdictKind::kError) << j.verdict.reason;
+    EXPECT_NE(j.verdict.reason.find("ref and truth differ in NaN or Inf"), std::string::npos);
+  }
+  const Judged all = judge_measured({-inf, nan}, {-inf, nan}, {-inf, nan});
+  EXPECT_EQ(all.verdict.kind, VerdictKind::kPass) << all.verdict.reason;
 }
 
 }  // namespace

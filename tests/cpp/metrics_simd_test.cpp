@@ -184,6 +184,7 @@ void expect_partials_agree(const Partial& simd, const Partial& scalar, const Abs
   EXPECT_SAME(max_abs_ref_index);
   EXPECT_SAME(max_abs_truth);
   EXPECT_SAME(max_abs_truth_index);
+  EXPECT_SAME(max_abs_ref_truth);
   EXPECT_SAME(not_close);
   EXPECT_SAME(bits_differ);
   EXPECT_SAME(values_differ);

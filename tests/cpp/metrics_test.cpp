@@ -61,7 +61,7 @@ TEST(MetricsTest, MatchesLongDoubleFormulas) {
   const TensorView t = x.test.view(), r = x.ref.view(), u = x.truth.view();
   const Metrics m = compute_metrics(t, r, &u);
   long double se_t = 0, se_r = 0, su = 0, st = 0, stu = 0, sum_e = 0;
-  double max_abs = 0;
+  double max_abs = 0, max_abs_ref = 0;
   std::uint64_t max_index = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const long double tv = to_double(DType::F32, t.data + 4 * i),
@@ -77,6 +77,7 @@ TEST(MetricsTest, MatchesLongDoubleFormulas) {
       max_abs = std::fabs(static_cast<double>(tv - uv));
       max_index = i;
     }
+    max_abs_ref = std::max(max_abs_ref, std::fabs(static_cast<double>(rv - uv)));
   }
   const auto rel = [](double got, long double want) {
     return std::fabs(got - static_cast<double>(want)) / std::fabs(static_cast<double>(want));
@@ -88,6 +89,8 @@ TEST(MetricsTest, MatchesLongDoubleFormulas) {
   EXPECT_LT(std::fabs(m.mean_error - static_cast<double>(sum_e / n)), 1e-15);
   EXPECT_EQ(m.max_abs_truth, max_abs);
   EXPECT_EQ(m.max_abs_truth_index, max_index);
+  EXPECT_EQ(m.max_abs_ref_truth, max_abs_ref);
+  EXPECT_GT(max_abs_ref, 0);
   EXPECT_EQ(m.numel, n);
 }
 

@@ -31,7 +31,7 @@ TEST(ResolveOptionsTest, DefaultsWhenNothingIsGiven) {
   const JudgeOptions o = resolve_options({});
   const JudgeOptions d;
   EXPECT_EQ(o.tol, d.tol);
-  EXPECT_EQ(o.default_rule.spec(), "rmse");
+  EXPECT_EQ(o.default_rule.spec(), "measured");
   EXPECT_FALSE(o.equal_nan || o.check_bias || o.larger_multiplier_for_small ||
                o.force_max_multiplier || o.magnitude_profile);
   EXPECT_TRUE(o.overrides.empty() && o.only.empty());

@@ -66,7 +66,7 @@ TEST(RmseRuleTest, PassInequalityAtItsBoundary) {
   const TensorView truth{DType::F64, {4096}, reinterpret_cast<const std::byte*>(zeros.data())};
   JudgeOptions o;
   o.tol = 0;
-  const RuleChoice rmse{Rule{}, nullptr};
+  const RuleChoice rmse{Rule{RuleKind::kSame}, nullptr};
   const MetricOptions mo{0.0, false};
   auto v = evaluate(rmse, view(at), view(ref), &truth,
                     compute_metrics(view(at), view(ref), &truth, mo), o);
@@ -95,7 +95,7 @@ TEST(RmseRuleTest, TheLineIsDecidedInExactArithmetic) {
     const Metrics m = compute_metrics(test, ref, &truth, mo);
     ASSERT_EQ(m.not_close, 1u);
     ASSERT_TRUE(m.error <= 3.0 * m.baseline + o.tol / 10.0);  // float64 would pass both
-    const auto v = evaluate({Rule{}, nullptr}, test, ref, &truth, m, o);
+    const auto v = evaluate({Rule{RuleKind::kSame}, nullptr}, test, ref, &truth, m, o);
     EXPECT_EQ(v.kind, k == 0 ? VerdictKind::kFail : VerdictKind::kPass) << v.reason;
   }
 }
@@ -111,7 +111,7 @@ TEST(RmseRuleTest, OverflowingSquaresAreDecidedExactly) {
     const TensorView test{DType::F64, {1}, reinterpret_cast<const std::byte*>(test_v[k])};
     const Metrics m = compute_metrics(test, ref, &truth, MetricOptions{o.tol, false});
     ASSERT_TRUE(std::isinf(m.error) && std::isinf(m.baseline));
-    const auto v = evaluate({Rule{}, nullptr}, test, ref, &truth, m, o);
+    const auto v = evaluate({Rule{RuleKind::kSame}, nullptr}, test, ref, &truth, m, o);
     EXPECT_EQ(v.kind, k == 0 ? VerdictKind::kFail : VerdictKind::kPass) << v.reason;
     EXPECT_NE(v.reason.find("overflows"), std::string::npos) << v.reason;
   }
@@ -122,19 +122,19 @@ TEST(RmseRuleTest, FastPathNeedsNoTruth) {
   Metrics m;
   m.numel = 8;
   m.floating = true;
-  const auto v = evaluate({Rule{}, nullptr}, test, test, nullptr, m, JudgeOptions{});
+  const auto v = evaluate({Rule{RuleKind::kSame}, nullptr}, test, test, nullptr, m, JudgeOptions{});
   EXPECT_EQ(v.kind, VerdictKind::kPass);
   EXPECT_NE(v.reason.find("allclose"), std::string::npos);
 }
 
 TEST(RmseRuleTest, TruthMustBeFloat64) {
   const TensorView test{DType::BF16, {8}, nullptr}, truth{DType::F32, {8}, nullptr};
-  const auto v =
-      evaluate({Rule{}, nullptr}, test, test, &truth, rmse_metrics(1, 1, 8), JudgeOptions{});
+  const auto v = evaluate({Rule{RuleKind::kSame}, nullptr}, test, test, &truth,
+                          rmse_metrics(1, 1, 8), JudgeOptions{});
   EXPECT_EQ(v.kind, VerdictKind::kError);
   EXPECT_NE(v.reason.find("not F64"), std::string::npos);
-  const auto none =
-      evaluate({Rule{}, nullptr}, test, test, nullptr, rmse_metrics(1, 1, 8), JudgeOptions{});
+  const auto none = evaluate({Rule{RuleKind::kSame}, nullptr}, test, test, nullptr,
+                             rmse_metrics(1, 1, 8), JudgeOptions{});
   EXPECT_EQ(none.kind, VerdictKind::kError);
 }
 
@@ -142,21 +142,27 @@ TEST(RmseRuleTest, NanErrorsPassOnlyWithEqualNan) {
   const TensorView test{DType::F32, {4096}, nullptr}, truth{DType::F64, {4096}, nullptr};
   JudgeOptions o;
   const auto m = rmse_metrics(NAN, NAN, 4096);
-  EXPECT_EQ(evaluate({Rule{}, nullptr}, test, test, &truth, m, o).kind, VerdictKind::kFail);
+  EXPECT_EQ(evaluate({Rule{RuleKind::kSame}, nullptr}, test, test, &truth, m, o).kind,
+            VerdictKind::kFail);
   o.equal_nan = true;
-  EXPECT_EQ(evaluate({Rule{}, nullptr}, test, test, &truth, m, o).kind, VerdictKind::kPass);
+  EXPECT_EQ(evaluate({Rule{RuleKind::kSame}, nullptr}, test, test, &truth, m, o).kind,
+            VerdictKind::kPass);
 }
 
 TEST(RuleSpecTest, ParsesAndPrintsEveryKind) {
-  EXPECT_EQ(parse_rule("rmse").spec(), "rmse");
-  EXPECT_EQ(parse_rule("rmse:5").spec(), "rmse:5");
+  EXPECT_EQ(Rule{}.spec(), "measured");  // the default
+  EXPECT_EQ(parse_rule("same").spec(), "same");
+  EXPECT_EQ(parse_rule("same:5").spec(), "same:5");
+  // same's former name, in older policy files and scripts, reads as same.
+  EXPECT_EQ(parse_rule("rmse").spec(), "same");
+  EXPECT_EQ(parse_rule("rmse:5").spec(), "same:5");
   EXPECT_EQ(parse_rule("ulp:1").kind, RuleKind::kUlp);
   EXPECT_EQ(parse_rule("ulp:4").param, 4);
   EXPECT_EQ(parse_rule("exact").kind, RuleKind::kExact);
   EXPECT_EQ(parse_rule("abs:0.13").param, 0.13);
   EXPECT_EQ(parse_rule("abs:0.13").spec(), "abs:0.13");
-  for (const char* bad :
-       {"", "rmse:", "rmse:0", "ulp", "ulp:1.5", "ulp:-1", "abs:x", "exact:1", "close"}) {
+  for (const char* bad : {"", "same:", "same:0", "rmse:", "rmse:0", "samex", "ulp", "ulp:1.5",
+                          "ulp:-1", "abs:x", "exact:1", "close"}) {
     EXPECT_THROW(parse_rule(bad), Error) << bad;
   }
   try {
@@ -201,7 +207,7 @@ TEST(OverrideTest, LastMatchWinsAndIntegersAreExact) {
   o.overrides.push_back({"dec.*.grad", parse_rule("exact"), "", "--rule"});
   EXPECT_EQ(choose_rule("enc.grad", DType::BF16, o).rule.kind, RuleKind::kUlp);
   EXPECT_EQ(choose_rule("dec.0.grad", DType::BF16, o).rule.kind, RuleKind::kExact);
-  EXPECT_EQ(choose_rule("out", DType::BF16, o).rule.kind, RuleKind::kRmse);
+  EXPECT_EQ(choose_rule("out", DType::BF16, o).rule.kind, RuleKind::kMeasured);
   EXPECT_EQ(choose_rule("out", DType::I64, o).rule.kind, RuleKind::kExact);
 }
 

@@ -1,6 +1,6 @@
 // sensitivity_test.cpp: planted bugs and which rules catch them, on the bf16 allreduce case
-// (the claims of docs/architecture.md, "The rules": truncation passes rmse but fails the bias
-// check; a 2-ULP error on 1% of the elements fails ulp:1 and passes rmse; a NaN fails everything).
+// (the claims of docs/architecture.md, "The rules": truncation passes same but fails the bias
+// check; a 2-ULP error on 1% of the elements fails ulp:1 and passes same; a NaN fails everything).
 #include "numalign/sensitivity.hpp"
 
 #include <gtest/gtest.h>
@@ -44,9 +44,9 @@ class SensitivityTest : public ::testing::Test {
   TensorView tv_, rv_, uv_;
 };
 
-TEST_F(SensitivityTest, RmseMissesTruncationAndSparseUlpErrorsButNotNanOrBias) {
+TEST_F(SensitivityTest, SameMissesTruncationAndSparseUlpErrorsButNotNanOrBias) {
   const std::vector<std::byte> before = test_.bytes;
-  const Sensitivity s = run("rmse");
+  const Sensitivity s = run("same");
   EXPECT_EQ(test_.bytes, before) << "bugs are planted in copies";
   ASSERT_EQ(s.rows.size(), 6u);
   EXPECT_FALSE(s.rows[0].caught) << "the run as it is passes";
@@ -61,10 +61,18 @@ TEST_F(SensitivityTest, RmseMissesTruncationAndSparseUlpErrorsButNotNanOrBias) {
       << text;
 }
 
+// The default rule sees what same()'s misses: truncation (its bias check) and 2 ULP on 1% of
+// the elements (its worst element), with the run as it is still passing.
+TEST_F(SensitivityTest, TheDefaultRuleCatchesEveryPlantedBug) {
+  const Sensitivity s = run("measured");
+  EXPECT_FALSE(s.rows[0].caught) << "the run as it is passes";
+  for (std::size_t i = 1; i < s.rows.size(); ++i) EXPECT_TRUE(s.rows[i].caught) << s.rows[i].bug;
+}
+
 TEST_F(SensitivityTest, Ulp1CatchesTheSparseErrorAndTheBiasCheckCatchesTruncation) {
   const Sensitivity ulp = run("ulp:1");
   EXPECT_TRUE(row(ulp, "2 ULP on 1%").caught);
-  const Sensitivity biased = run("rmse", /*check_bias=*/true);
+  const Sensitivity biased = run("same", /*check_bias=*/true);
   EXPECT_TRUE(row(biased, "truncation").caught);
   const Sensitivity exact = run("exact");
   for (std::size_t i = 1; i < exact.rows.size(); ++i)
@@ -88,6 +96,7 @@ TEST_F(SensitivityTest, ARunThatFailsAsItIsCountsOnlyPlantedTensors) {
   const Buffer off = examples::make_buffer(rv_.dtype, rv_.shape, wrong);
   const TensorView ov = off.view();
   JudgeOptions o;
+  o.default_rule = parse_rule("same");  // passes "out" with 2 ULP on 1% (measured fails it)
   const Sensitivity s = sensitivity({{"out", &tv_, &rv_, &uv_},
                                      {"steps", &it, &ir, nullptr},
                                      {"gone", nullptr, &rv_, &uv_},

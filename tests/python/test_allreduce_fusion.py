@@ -1,7 +1,7 @@
 """test_allreduce_fusion.py: examples/allreduce_fusion on 2 gloo ranks: the fused all-reduce
 + residual + RMSNorm kernel, its truncating and 2-ULP-planted variants, swept over m x hidden x
 magnitude x operand signs, each case tagged with its kernel path, judged with exact, ulp:1,
-rmse and abs:0.13 against a float64 truth (the claims of docs/architecture.md, "The rules",
+same()'s rule, abs:0.13 and the default rule against a float64 truth (the claims of docs/architecture.md, "The rules",
 measured here)."""
 import sys
 from pathlib import Path
@@ -21,12 +21,12 @@ def _sweep(out_dir):
     reports = fusion.judge_all(runs, tags)
     mixed_fail = next(t for t in reports["fused", "ulp:1"].tensors
                       if t["verdict"] == "fail" and tags[t["name"]]["signs"] == "mixed")
-    fused_norms = [t for t in reports["fused", "rmse"].tensors if t["name"].endswith(".norm")]
+    fused_norms = [t for t in reports["fused", "same"].tensors if t["name"].endswith(".norm")]
     return {"signs": fusion.summary(reports, "output", "signs"),
             "magnitude": fusion.summary(reports, "output", "magnitude"),
             "path": fusion.summary(reports, "path"),
             "fused_ulp_reason": mixed_fail["reason"],
-            "max_fused_rmse_ratio": max(t["ratio"] for t in reports["fused", "rmse"].tensors),
+            "max_fused_rmse_ratio": max(t["ratio"] for t in reports["fused", "same"].tensors),
             "max_fused_norm_ulp": {s: max(t["max_ulp"] for t in fused_norms
                                           if tags[t["name"]]["signs"] == s) for s in ("mixed", "same")},
             "text": fusion.report_text(reports)}
@@ -43,14 +43,17 @@ def test_which_rule_catches_what(tmp_path):
 
     signs, magnitude = r["signs"], r["magnitude"]
     for out in ("residual", "norm"):
-        # The fused kernel fails exact and passes rmse at every magnitude: it is more accurate.
-        assert none(output(signs, "fused", "exact", out)) and every(output(signs, "fused", "rmse", out))
-        # A truncating kernel passes rmse; the bias check fails it.
-        assert every(output(signs, "truncating", "rmse", out))
-        assert none(output(signs, "truncating", "rmse+bias", out))
-        # A 2-ULP error on 1% of the elements fails ulp:1 everywhere and passes rmse.
+        # The fused kernel fails exact and passes same and the default rule at every
+        # magnitude: it is more accurate.
+        assert none(output(signs, "fused", "exact", out)) and every(output(signs, "fused", "same", out))
+        assert every(output(signs, "fused", "measured", out))
+        # A truncating kernel passes same; its bias check, and the default rule's, fail it.
+        assert every(output(signs, "truncating", "same", out))
+        assert none(output(signs, "truncating", "same+bias", out))
+        assert none(output(signs, "truncating", "measured", out))
+        # A 2-ULP error on 1% of the elements fails ulp:1 everywhere and passes same.
         assert none(output(signs, "sparse_2ulp", "ulp:1", out))
-        assert every(output(signs, "sparse_2ulp", "rmse", out))
+        assert every(output(signs, "sparse_2ulp", "same", out))
     assert r["max_fused_rmse_ratio"] < 1
     # Residual stream: ulp:1 passes the fused kernel where the operands share a sign and
     # fails it where they cancel, and the reason says why.
@@ -66,7 +69,7 @@ def test_which_rule_catches_what(tmp_path):
     assert abs_fused["residual 16"][0] == 0 and abs_fused["residual 256"][0] == 0
     # The norm reads the unrounded stream, so it is up to 2 ULPs off the reference's where
     # operands share a sign (and cancels like the stream where they do not): ulp:1 fails
-    # nearly every case, though rmse shows it more accurate. Its output is of unit scale,
+    # nearly every case, though same shows it more accurate. Its output is of unit scale,
     # where abs:0.13 passes everything, the truncation and the planted error too.
     assert r["max_fused_norm_ulp"]["same"] == 2 and r["max_fused_norm_ulp"]["mixed"] > 1000
     assert fused_ulp["norm mixed"][0] + fused_ulp["norm same"][0] == 1

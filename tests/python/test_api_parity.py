@@ -1,5 +1,5 @@
-"""test_api_parity.py: numalign.judge's verdict equals torch._dynamo.utils.same()'s, case for
-case, on generated cases around the boundary for every multiplier branch, tol and option."""
+"""test_api_parity.py: numalign.judge's verdict under the same rule equals
+torch._dynamo.utils.same()'s, case for case, on generated cases around the boundary for every multiplier branch, tol and option."""
 import pytest
 import torch
 from torch._dynamo.utils import same
@@ -48,7 +48,7 @@ KW = {"use_larger_multiplier_for_smaller_tensor": "larger_multiplier_for_small",
 def test_verdicts_equal_same(tol, options):
     cases = generate(seed=int(tol * 1e5) + len(options))
     report = numalign.judge({n: c[0] for n, c in cases.items()}, {n: c[1] for n, c in cases.items()},
-                            {n: c[2] for n, c in cases.items()}, tol=tol,
+                            {n: c[2] for n, c in cases.items()}, tol=tol, rules=["same"],
                             **{KW[k]: v for k, v in options.items()})
     verdicts = {t["name"]: t["verdict"] for t in report.tensors}
     both = set()

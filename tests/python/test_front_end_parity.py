@@ -89,7 +89,9 @@ def _tol_case(tmp_path):
 def test_precedence_defaults_then_policy_then_arguments(tmp_path, cli, tol_given, policy_tol):
     files = _tol_case(tmp_path)
     policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps({} if policy_tol is None else {"tol": policy_tol}))
+    # same's tol decides (its allclose fast path); the measured rule has none.
+    policy.write_text(json.dumps({"default": "same"} if policy_tol is None
+                                 else {"default": "same", "tol": policy_tol}))
     expected_tol = tol_given if tol_given is not None else (policy_tol if policy_tol is not None else 1e-4)
     cli_args = ["--policy", policy] + ([] if tol_given is None else ["--tol", tol_given])
     proc = cli("judge", *files, *cli_args, "--format", "json")

@@ -18,7 +18,7 @@ SPECIALS = {"finite": None, "nan": float("nan"), "+inf": float("inf"), "-inf": f
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_every_nonfinite_combination_follows_same(dtype, equal_nan):
     """One element of test, ref and truth set to each of finite / NaN / +inf / -inf (64
-    combinations): the rmse verdict is same()'s."""
+    combinations): the same rule's verdict is same()'s."""
     g = torch.Generator().manual_seed(0)
     base = torch.randn(2000, dtype=torch.float64, generator=g)
     tests, refs, truths = {}, {}, {}
@@ -29,7 +29,7 @@ def test_every_nonfinite_combination_follows_same(dtype, equal_nan):
                 tensor[7] = SPECIALS[kind]
         name = f"{i:02d}.test_{a}.ref_{b}.truth_{c}"
         tests[name], refs[name], truths[name] = t, r, u
-    report = numalign.judge(tests, refs, truths, equal_nan=equal_nan)
+    report = numalign.judge(tests, refs, truths, equal_nan=equal_nan, rules="same")
     for name in tests:
         expected = same(refs[name], tests[name], fp64_ref=truths[name], equal_nan=equal_nan,
                         log_error=lambda *a: None)
@@ -37,6 +37,45 @@ def test_every_nonfinite_combination_follows_same(dtype, equal_nan):
         assert got["verdict"] in ("pass", "fail"), got
         assert (got["verdict"] == "pass") == expected, (name, got["reason"])
         assert got["nonfinite"]["test"]["nan"] + got["nonfinite"]["test"]["inf"] == ("test_finite" not in name)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_every_nonfinite_combination_under_the_default_rule(dtype):
+    """The measured rule (the default) on the same 64 combinations: ref and truth unlike at
+    the element -> could not judge; test unlike them -> fail; all three alike -> the verdict
+    and ratio of the same tensors with that element removed (the oracle)."""
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(2000, dtype=torch.float64, generator=g)
+    noise = 1e-3 if dtype == torch.bfloat16 else 1e-8
+    keep = torch.ones(2000, dtype=torch.bool)
+    keep[7] = False
+    tests, refs, truths = {}, {}, {}
+    for i, (a, b, c) in enumerate(itertools.product(SPECIALS, repeat=3)):
+        t = (base + noise * torch.randn(2000, dtype=torch.float64, generator=g)).to(dtype)
+        r, u = base.to(dtype), base.clone()
+        for tensor, kind in ((t, a), (r, b), (u, c)):
+            if SPECIALS[kind] is not None:
+                tensor[7] = SPECIALS[kind]
+        tests[f"{i:02d}.test_{a}.ref_{b}.truth_{c}"] = t
+        refs[f"{i:02d}.test_{a}.ref_{b}.truth_{c}"] = r
+        truths[f"{i:02d}.test_{a}.ref_{b}.truth_{c}"] = u
+    report = numalign.judge(tests, refs, truths)
+    seen = set()
+    for name in tests:
+        _, a, b, c = (part.split("_", 1)[-1] for part in name.split("."))
+        got = report[name]
+        if b != c:
+            assert got["verdict"] == "error" and "ref and truth differ in NaN or Inf" in got["reason"], got
+        elif a != b:
+            assert got["verdict"] == "fail" and "test differs from ref and truth" in got["reason"], got
+        else:
+            kept = keep if a != "finite" else torch.ones(2000, dtype=torch.bool)
+            alone = numalign.judge({"x": tests[name][kept]}, {"x": refs[name][kept]},
+                                   {"x": truths[name][kept]})["x"]
+            assert (got["verdict"], got["ratio"]) == (alone["verdict"], alone["ratio"]), (got, alone)
+        seen.add(got["verdict"])
+    assert seen == {"pass", "fail", "error"}, seen
+    assert report["63.test_-inf.ref_-inf.truth_-inf"]["verdict"] == "pass"
 
 
 def test_nonfinite_semantics_of_the_other_rules():

@@ -1,4 +1,4 @@
-"""test_same_parity.py: the rmse rule's verdicts equal torch._dynamo.utils.same()'s on random
+"""test_same_parity.py: the same rule's verdicts equal torch._dynamo.utils.same()'s on random
 cases around the pass boundary, for every multiplier branch and option; on issue 19's repros;
 and on a boundary hunt, where same()'s own float64 rounding decides the rmse inequality,
 equal exact rational arithmetic instead."""
@@ -53,7 +53,7 @@ def test_verdicts_match_same(cli, judge_json, tmp_path, options):
     cases = make_cases(seed=len(tmp_path.name), count=140, spread=spread)
     for k, role in enumerate(("test", "ref", "truth")):
         save_file({n: c[k].contiguous() for n, c in cases.items()}, tmp_path / f"{role}.safetensors")
-    flags = ["--tol", repr(options["tol"])]
+    flags = ["--rule", "same", "--tol", repr(options["tol"])]
     if options.get("use_larger_multiplier_for_smaller_tensor"):
         flags.append("--larger-multiplier-for-small")
     if options.get("force_max_multiplier"):
@@ -102,7 +102,7 @@ def test_issue_repros(name):
     dtype, tol, test, ref, truth, verdict = REPROS[name]
     t, r, u = tensors(dtype, [test], [ref], [truth])
     assert same(r, t, fp64_ref=u, tol=tol, log_error=lambda *a: None) is verdict
-    report = numalign.judge({"x": t}, {"x": r}, {"x": u}, tol=tol)
+    report = numalign.judge({"x": t}, {"x": r}, {"x": u}, tol=tol, rules=["same"])
     assert (report["x"]["verdict"] == "pass") is verdict, report["x"]["reason"]
 
 
@@ -331,7 +331,7 @@ def judge_all(cases):
         report = numalign.judge({f"c{i}": cases[i].test for i in members},
                                 {f"c{i}": cases[i].ref for i in members},
                                 {f"c{i}": cases[i].truth for i in members}, tol=tol,
-                                **{KW[k]: v for k, v in options})
+                                rules=["same"], **{KW[k]: v for k, v in options})
         for t in report.tensors:
             assert t["verdict"] in ("pass", "fail"), t
             verdicts[int(t["name"][1:])] = t["verdict"] == "pass"

@@ -34,23 +34,35 @@ def test_python_and_cli_agree_and_inputs_are_untouched(tmp_path, cli):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == py
     assert [p.read_bytes() for p in paths] == before
+    # The default rule's bias check fails the biased run as it is: no planted bug can be
+    # said to be caught there.
     bugs = _by_bug(py)
-    assert not bugs["(none: the run as it is)"]["caught"]
-    assert bugs["one element NaN"]["caught"] and bugs["one element NaN"]["planted"] == 3
-    assert not bugs["2 ULP on 1% of the elements"]["caught"], "rmse averages a sparse error away"
-    assert not bugs["truncation toward zero"]["caught"]
+    assert bugs["(none: the run as it is)"]["caught"]
+    assert bugs["truncation toward zero"]["why_not"] == "every tensor it was planted in fails as it is"
+    # same()'s rule passes it, and misses the sparse error and truncation.
+    same = _by_bug(numalign.sensitivity(*paths, rules="same"))
+    assert not same["(none: the run as it is)"]["caught"]
+    assert same["one element NaN"]["caught"] and same["one element NaN"]["planted"] == 3
+    assert not same["2 ULP on 1% of the elements"]["caught"], "same()'s RMSE averages it away"
+    assert not same["truncation toward zero"]["caught"]
+    # On an unbiased run the default rule sees both: the worst element and the bias check.
+    unbiased = _by_bug(numalign.sensitivity(*_runs(tmp_path, scale=1)))
+    assert not unbiased["(none: the run as it is)"]["caught"]
+    assert unbiased["2 ULP on 1% of the elements"]["caught"]
+    assert unbiased["truncation toward zero"]["caught"]
 
 
 def test_the_rule_and_options_change_what_is_caught(tmp_path, cli):
     paths = _runs(tmp_path)
     assert _by_bug(numalign.sensitivity(*paths, rules="ulp:1"))["2 ULP on 1% of the elements"]["caught"]
-    # the default test run is biased: with the bias check it fails as it is, and no planted
-    # bug can be said to be caught by it
-    biased = _by_bug(numalign.sensitivity(*paths, check_bias=True))
+    # the default test run is biased: same's rule with the bias check fails it as it is, and
+    # no planted bug can be said to be caught by it
+    biased = _by_bug(numalign.sensitivity(*paths, rules="same", check_bias=True))
     assert biased["(none: the run as it is)"]["caught"]
     assert not biased["truncation toward zero"]["caught"]
     assert biased["truncation toward zero"]["why_not"] == "every tensor it was planted in fails as it is"
-    unbiased = _by_bug(numalign.sensitivity(*_runs(tmp_path, scale=1), check_bias=True))
+    unbiased = _by_bug(numalign.sensitivity(*_runs(tmp_path, scale=1), rules="same",
+                                            check_bias=True))
     assert not unbiased["(none: the run as it is)"]["caught"]
     assert unbiased["truncation toward zero"]["caught"]
     text = cli("sensitivity", *paths, "--rule", "exact").stdout

@@ -135,8 +135,8 @@ BLIND_SPOTS = [
 def test_the_measured_rule_sees_what_same_passes(name, kernel, dtype, magnitude, bug):
     cases, _ = corpus.build(seeds=(0,), dtypes=(dtype,), magnitudes=(magnitude,),
                             distributions=("normal",), kernels=[kernel])
-    same = dict(zip([c.variant for c in cases], rules.judge_flags(cases)))
-    measured = dict(zip([c.variant for c in cases], rules.judge_flags(cases, rules="measured")))
+    same = dict(zip([c.variant for c in cases], rules.judge_flags(cases, rules="same")))
+    measured = dict(zip([c.variant for c in cases], rules.judge_flags(cases)))  # the default
     assert not same[bug], "same() passes it: the blind spot"
     assert measured[bug]
     assert not any(measured[c.variant] for c in cases if c.label == "correct")
@@ -148,7 +148,7 @@ def test_the_measured_rule_in_the_core_is_the_studys_statistics():
     cases, _ = corpus.build(seeds=(1,), distributions=("normal", "outliers"),
                             kernels=[corpus.Matmul(512), corpus.LayerNorm(), corpus.Attention(),
                                      corpus.Allreduce(8)])
-    core = rules.judge_results(cases, rules="measured")
+    core = rules.judge_results(cases)  # the default rule, measured
     for c, t in zip(cases, core):
         s = rules.statistics(c)
         assert t["ratio"] == pytest.approx(max(s["rmse"], s["max"]), rel=1e-9), c.key

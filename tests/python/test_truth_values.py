@@ -37,14 +37,19 @@ def test_a_bug_hidden_by_the_shared_input_rounding_is_seen():
     unrounded = capture.run_fwd_bwd(ref_model, (x,), torch.float64)
     truth = capture.run_fwd_bwd(ref_model, (x,), torch.float64, truth_of=BF16)
     assert truth.metadata["truth_of"] == "bfloat16"
-    seen = numalign.judge(test, ref, truth)
+    # Under same()'s rule (RMSE alone) the truth decides whether the bug is seen; the default
+    # rule sees it either way (its worst element), with a larger ratio on the runs' values.
+    seen = numalign.judge(test, ref, truth, rules="same")
     assert not seen.aligned and seen["out"]["verdict"] == "fail"
     assert not any("never held" in w for w in seen.warnings)
     # The truth on unrounded values passes the same bug (ratio under 3), and says why not to
     # trust that.
-    hidden = numalign.judge(test, ref, unrounded)
+    hidden = numalign.judge(test, ref, unrounded, rules="same")
     assert hidden["out"]["verdict"] == "pass" and hidden["out"]["ratio"] < seen["out"]["ratio"]
     assert any("never held" in w and "truth_of" in w for w in hidden.warnings)
+    default_seen, default_hidden = numalign.judge(test, ref, truth), numalign.judge(test, ref, unrounded)
+    assert default_seen["out"]["verdict"] == "fail" and default_hidden["out"]["verdict"] == "fail"
+    assert default_hidden["out"]["ratio"] < default_seen["out"]["ratio"]
 
 
 class PassThrough(torch.nn.Module):
