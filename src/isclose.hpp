@@ -1,5 +1,5 @@
 // isclose.hpp: torch.isclose as ATen evaluates it in the tensors' dtype (the allclose fast
-// path of the rmse rule), and the band around its boundary outside which plain double
+// path of the same rule), and the band around its boundary outside which plain double
 // arithmetic already gives the same verdict (what the SIMD kernel decides by itself).
 #pragma once
 

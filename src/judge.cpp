@@ -235,7 +235,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   const auto warn_not_f64 = [&] {
     report.warnings.push_back("truth is not float64 (" + std::string(name(not_f64->truth->dtype)) +
                               " in " + results[input_of[first_not_f64]].name +
-                              "): the rmse and measured rules cannot judge against it");
+                              "): the measured and same rules cannot judge against it");
   };
   bool warned_not_f64 = not_f64 == inputs.end();
   for (const auto& [k, warnings] : rule_warnings) {

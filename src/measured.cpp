@@ -1,6 +1,7 @@
 // measured.cpp: see measured.hpp.
 #include "measured.hpp"
 
+#include <array>
 #include <cmath>
 
 #include "numalign/dtype.hpp"
@@ -24,10 +25,14 @@ NonfiniteSplit split_nonfinite(const TensorView& test, const TensorView& ref,
   const std::size_t ts = element_size(test.dtype), rs = element_size(ref.dtype),
                     us = element_size(truth.dtype);
   const std::uint64_t n = test.numel();
+  const auto at = [&](std::uint64_t i) {
+    return std::array<double, 3>{to_double(test.dtype, test.data + i * ts),
+                                 to_double(ref.dtype, ref.data + i * rs),
+                                 to_double(truth.dtype, truth.data + i * us)};
+  };
+  std::uint64_t finite = 0;
   for (std::uint64_t i = 0; i < n; ++i) {
-    const double t = to_double(test.dtype, test.data + i * ts);
-    const double r = to_double(ref.dtype, ref.data + i * rs);
-    const double u = to_double(truth.dtype, truth.data + i * us);
+    const auto [t, r, u] = at(i);
     const int kt = kind_of(t), kr = kind_of(r), ku = kind_of(u);
     if (kr != ku) {
       if (s.ref_off++ == 0) s.first_ref_off = i;
@@ -36,11 +41,19 @@ NonfiniteSplit split_nonfinite(const TensorView& test, const TensorView& ref,
     } else if (kt != 0) {
       ++s.alike;
     } else {
-      s.finite.push_back(i);
-      s.test.push_back(t);
-      s.ref.push_back(r);
-      s.truth.push_back(u);
+      ++finite;
     }
+  }
+  if (s.ref_off > 0 || s.test_off > 0) return s;  // decided without the values
+  s.finite.reserve(finite);
+  for (auto* values : {&s.test, &s.ref, &s.truth}) values->reserve(finite);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const auto [t, r, u] = at(i);
+    if (!std::isfinite(t) || !std::isfinite(r) || !std::isfinite(u)) continue;
+    s.finite.push_back(i);
+    s.test.push_back(t);
+    s.ref.push_back(r);
+    s.truth.push_back(u);
   }
   return s;
 }

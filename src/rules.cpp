@@ -432,7 +432,8 @@ std::string nonfinite_word(std::uint64_t count) {
 bool squares_out_of_range(const Metrics& m) {
   constexpr double kLow = 0x1p-450, kHigh = 0x1p+450;
   const auto extreme = [&](double x) { return x > 0 && (x < kLow || x > kHigh); };
-  return !std::isfinite(m.error) || !std::isfinite(m.baseline) || !std::isfinite(m.rel_l2) ||
+  // (A relative L2 of Inf is a truth of zeros, not an overflow: its RMS is 0, as taken.)
+  return !std::isfinite(m.error) || !std::isfinite(m.baseline) || std::isnan(m.rel_l2) ||
          (m.error == 0 && m.max_abs_truth > 0) || (m.baseline == 0 && m.max_abs_ref_truth > 0) ||
          (m.rel_l2 == 0 && m.error > 0) || extreme(m.max_abs_truth) ||
          extreme(m.max_abs_ref_truth) || extreme(m.error) || extreme(m.baseline);
@@ -513,6 +514,13 @@ Verdict evaluate_measured(const Rule& rule, const TensorView& test, const Tensor
                            ", not F64: rule measured cannot judge"
                      : "rule measured needs a float64 truth trace (or choose ulp:K, exact, "
                        "abs:X or allclose)";
+    return v;
+  }
+  if (m.numel == 0) {
+    Verdict v;
+    v.limit = limit;
+    v.ratio = 0;
+    v.reason = "empty: no elements to differ";
     return v;
   }
   if (nonfinite(m.test_nonfinite) + nonfinite(m.ref_nonfinite) + nonfinite(m.truth_nonfinite) > 0 ||

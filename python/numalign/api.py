@@ -97,6 +97,9 @@ def judge(test, ref, truth=None, *, tol=None, rules=None, policy=None, equal_nan
     tensor, an array, a nested structure of them (flattened to dotted names: ``logits``,
     ``past.0.key``), a Trace, or a path. Options left None take the policy's value, else
     the default (rule measured, tol 1e-4, flags off), as the CLI's options do.
+    The default rule and ``same`` need the truth; without one, judge with a rule that needs
+    none (``exact``, ``ulp:K``, ``abs:X``, ``allclose``), else floating tensors cannot be
+    judged.
     ``magnitude_profile=True`` also bins each tensor's error by the magnitude of the truth
     during the pass, for the chart of ``Report.to_html()``. Runs that captured random draws
     (dropout in training mode, the RNG) cannot be judged unless ``shared_randomness`` gives

@@ -221,6 +221,10 @@ TEST(MeasuredRuleTest, NanOrInfOfTheWrongKindFailsTestOrRefusesRef) {
   }
   const Judged all = judge_measured({-inf, nan}, {-inf, nan}, {-inf, nan});
   EXPECT_EQ(all.verdict.kind, VerdictKind::kPass) << all.verdict.reason;
+  EXPECT_EQ(all.verdict.reason, "all 2 elements NaN or Inf alike in test, ref and truth");
+  const Judged empty = judge_measured({}, {}, {});
+  EXPECT_EQ(empty.verdict.kind, VerdictKind::kPass);
+  EXPECT_EQ(empty.verdict.reason, "empty: no elements to differ");
 }
 
 }  // namespace
