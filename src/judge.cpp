@@ -573,12 +573,11 @@ void check_reference_renders_truth(const JudgeOptions& options, Report& report) 
     // names hashed cost more than the check).
     const double u = r.dtype ? roundoff_of_ref(*r.dtype) : 0;
     const Metrics& m = *r.metrics;
-    // Within same()'s tol of the truth, a ref raises no question; the truth's RMS is
-    // recovered from the test's error and relative error (both exact when nonzero).
+    // Within same()'s tol of the truth, a ref raises no question.
     if (u == 0 || !(m.baseline > options.tol) || !std::isfinite(m.baseline)) continue;
-    if (!(m.error > 0) || !(m.rel_l2 > 0) || !std::isfinite(m.rel_l2)) continue;
+    if (!(m.rms_truth > 0) || !std::isfinite(m.rms_truth)) continue;
     ++considered;
-    const double relative = m.baseline / (m.error / m.rel_l2);
+    const double relative = m.baseline / m.rms_truth;
     if (relative > kFarOff * u) far.emplace_back(relative, r.name);
   }
   if (far.size() < kFarTensors || 2 * far.size() <= considered) return;

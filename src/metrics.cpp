@@ -343,6 +343,7 @@ Metrics finish(const MetricsInput& in, const Partial& p) {
   m.max_abs_ref_truth = p.max_abs_ref_truth;
   const double err_norm = std::sqrt(p.sq_err_test.value());
   const double truth_norm = std::sqrt(p.sq_truth.value());
+  m.rms_truth = p.n ? std::sqrt(p.sq_truth.value() / n) : nan;
   const double test_norm = std::sqrt(p.sq_test.value());
   m.rel_l2 = truth_norm > 0 ? err_norm / truth_norm
                             : (err_norm == 0 ? 0.0 : std::numeric_limits<double>::infinity());

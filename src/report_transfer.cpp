@@ -18,7 +18,7 @@ static_assert(std::endian::native == std::endian::little,
               "the report encoding copies integers in the machine's byte order");
 
 // A field added to these structs must be added to the encoding too: these sizes trip first.
-static_assert(sizeof(Metrics) == 280 && sizeof(TensorResult) == 544,
+static_assert(sizeof(Metrics) == 288 && sizeof(TensorResult) == 552,
               "Metrics or TensorResult changed: update encode_report/decode_report");
 
 constexpr std::string_view kMagic = "numalign-report/" NUMALIGN_VERSION "\n";
@@ -138,7 +138,9 @@ void put_metrics(Writer& w, const Metrics& m) {
   w.put(m.numel);
   w.put(m.floating);
   w.put(m.has_truth);
-  for (double v : {m.error, m.baseline, m.max_abs_truth, m.max_abs_ref_truth}) w.put(v);
+  for (double v : {m.error, m.baseline, m.max_abs_truth, m.max_abs_ref_truth, m.rms_truth}) {
+    w.put(v);
+  }
   w.put(m.max_abs_truth_index);
   for (double v : {m.rel_l2, m.cosine, m.mean_error, m.eb_test, m.eb_ref}) w.put(v);
   w.put(m.test_differs_truth);
@@ -162,7 +164,7 @@ Metrics get_metrics(Reader& r) {
   m.numel = r.get<std::uint64_t>();
   m.floating = r.flag();
   m.has_truth = r.flag();
-  for (double* v : {&m.error, &m.baseline, &m.max_abs_truth, &m.max_abs_ref_truth}) {
+  for (double* v : {&m.error, &m.baseline, &m.max_abs_truth, &m.max_abs_ref_truth, &m.rms_truth}) {
     *v = r.get<double>();
   }
   m.max_abs_truth_index = r.get<std::uint64_t>();

@@ -246,8 +246,8 @@ using detail::format_number;
 // |test - ref| is within one ULP at 4 times the truth's RMS (about the largest values of
 // normally distributed data).
 std::string cancellation_note(DType dt, const Metrics& m) {
-  if (!m.has_truth || !(m.rel_l2 > 0) || !std::isfinite(m.error)) return "";
-  const double large = 4 * m.error / m.rel_l2;  // 4 x the RMS of the truth
+  if (!m.has_truth || !(m.rms_truth > 0) || !std::isfinite(m.rms_truth)) return "";
+  const double large = 4 * m.rms_truth;
   const std::uint64_t b = round_to_bits(dt, large);
   const double ulp = float_from_bits(dt, b + 1) - float_from_bits(dt, b);
   if (!(ulp > 0) || !std::isfinite(ulp) || m.max_abs_ref > ulp) return "";
@@ -396,10 +396,7 @@ Verdict measured_on_finite(double limit, DType dtype, const Shape& shape, const 
                            int shift = 0) {
   Verdict v;
   v.limit = limit;
-  // RMS(truth) = RMSE(test, truth) / relative L2 (both 0 when test is the truth: then so are
-  // the ratios).
-  const double rms_truth = m.rel_l2 > 0 ? m.error / m.rel_l2 : 0;
-  const double floor = 0.5 * unit_roundoff(dtype) * rms_truth;
+  const double floor = 0.5 * unit_roundoff(dtype) * m.rms_truth;
   const double whole = ratio_of(m.error, std::max(m.baseline, floor));
   const double worst = ratio_of(m.max_abs_truth, std::max(m.max_abs_ref_truth, floor));
   const bool biased = bias_check_fails(m) && std::fabs(m.eb_test) > kMeasuredBiasFloor;
@@ -435,7 +432,7 @@ bool squares_out_of_range(const Metrics& m) {
   // (A relative L2 of Inf is a truth of zeros, not an overflow: its RMS is 0, as taken.)
   return !std::isfinite(m.error) || !std::isfinite(m.baseline) || std::isnan(m.rel_l2) ||
          (m.error == 0 && m.max_abs_truth > 0) || (m.baseline == 0 && m.max_abs_ref_truth > 0) ||
-         (m.rel_l2 == 0 && m.error > 0) || extreme(m.max_abs_truth) ||
+         !std::isfinite(m.rms_truth) || extreme(m.rms_truth) || extreme(m.max_abs_truth) ||
          extreme(m.max_abs_ref_truth) || extreme(m.error) || extreme(m.baseline);
 }
 

@@ -86,6 +86,7 @@ struct Metrics {
   double max_abs_truth = 0;
   std::uint64_t max_abs_truth_index = 0;
   double max_abs_ref_truth = 0;          // max |ref - truth|: ref's worst element (measured)
+  double rms_truth = 0;                  // RMS(truth), the truth's magnitude
   double rel_l2 = 0;                     // ||test - truth|| / ||truth||
   double cosine = 0;                     // cos(test, truth); NaN when a norm is 0
   double mean_error = 0;                 // mean(test - truth), the bias
