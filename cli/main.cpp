@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <future>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -465,8 +466,9 @@ int main(int argc, char** argv) {
       app.add_subcommand("dump", "print elements of one tensor: index, bits, exact value");
   dump_cmd->add_option("file", dump_path)->required();
   dump_cmd->add_option("tensor", dump_tensor)->required();
-  dump_cmd->add_option("-n,--limit", dump_limit, "at most this many elements")
-      ->capture_default_str();
+  dump_cmd->add_option("-n,--limit", dump_limit, "at most this many elements (1 or more)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::numeric_limits<std::uint64_t>::max() >> 1));
   std::optional<std::string> dump_at;
   dump_cmd->add_option("--at", dump_at,
                        "print the elements around this index (as 3,17 or (3, 17), as a report "

@@ -4,20 +4,20 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "format.hpp"
+#include "json_keys.hpp"
 #include "numalign/consistency.hpp"
 #include "numalign/error.hpp"
 #include "numalign/glob.hpp"
 #include "numalign/layout.hpp"
 #include "numalign/rules.hpp"
 #include "numalign/trace.hpp"
+#include "regular_file.hpp"
 
 namespace numalign {
 
@@ -79,6 +79,7 @@ MapEntry parse_entry(simdjson::dom::element item, std::size_t number, const std:
   const std::string where = "map entry " + std::to_string(number);
   simdjson::dom::object obj;
   if (item.get(obj)) fail(origin, where + " must be an object");
+  detail::refuse_repeated_keys(obj, origin, where);
   MapEntry e;
   e.number = number;
   for (auto f : obj) {
@@ -179,6 +180,7 @@ MapIgnore parse_ignore(simdjson::dom::element item, std::size_t number, const st
   const std::string where = "ignore " + std::to_string(number);
   simdjson::dom::object obj;
   if (item.get(obj)) fail(origin, where + " must be an object");
+  detail::refuse_repeated_keys(obj, origin, where);
   MapIgnore ig;
   bool has_glob = false, has_reason = false;
   for (auto f : obj) {
@@ -214,6 +216,7 @@ TensorMap TensorMap::parse(std::string_view json, const std::string& origin) {
     fail(origin, std::string("map is not valid JSON: ") + simdjson::error_message(err));
   simdjson::dom::object root;
   if (doc.get(root)) fail(origin, "a map must be a JSON object with \"map\" and \"ignore\"");
+  detail::refuse_repeated_keys(root, origin, "the map");
   TensorMap m;
   m.origin = origin;
   bool has_map = false;
@@ -237,12 +240,7 @@ TensorMap TensorMap::parse(std::string_view json, const std::string& origin) {
 }
 
 TensorMap TensorMap::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open map file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in.good() && !in.eof()) fail(path, "cannot read map file");
-  return parse(ss.str(), path);
+  return parse(detail::read_regular_file(path, "map file", detail::kMaxSettingsFile), path);
 }
 
 namespace {

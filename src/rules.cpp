@@ -6,16 +6,16 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <functional>
-#include <sstream>
 
 #include "allclose.hpp"
 #include "exact_rmse.hpp"
 #include "format.hpp"
+#include "json_keys.hpp"
 #include "measured.hpp"
 #include "numalign/error.hpp"
 #include "numalign/layout.hpp"
+#include "regular_file.hpp"
 
 namespace numalign {
 
@@ -612,6 +612,7 @@ void parse_policy(std::string_view json, const std::string& path, JudgeOptions& 
   }
   simdjson::dom::object root;
   if (doc.get(root)) fail(path, "policy must be a JSON object");
+  detail::refuse_repeated_keys(root, path, "the policy");
   auto need_string = [&](simdjson::dom::element e, const std::string& what) {
     std::string_view s;
     if (e.get(s)) fail(path, what + " must be a string");
@@ -641,6 +642,7 @@ void parse_policy(std::string_view json, const std::string& path, JudgeOptions& 
         const std::string where = "\"overrides\"[" + std::to_string(i++) + "]";
         simdjson::dom::object obj;
         if (item.get(obj)) fail(path, where + " must be an object");
+        detail::refuse_repeated_keys(obj, path, where);
         Override o;
         o.origin = path;
         bool has_match = false, has_rule = false;
@@ -671,11 +673,8 @@ void parse_policy(std::string_view json, const std::string& path, JudgeOptions& 
 }
 
 void load_policy(const std::string& path, JudgeOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open policy file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  parse_policy(ss.str(), path, options);
+  parse_policy(detail::read_regular_file(path, "policy file", detail::kMaxSettingsFile), path,
+               options);
 }
 
 }  // namespace numalign

@@ -23,6 +23,7 @@
 #include "name_index.hpp"
 #include "numalign/error.hpp"
 #include "page_populator.hpp"
+#include "regular_file.hpp"
 
 namespace numalign {
 
@@ -38,55 +39,15 @@ struct TraceIndex {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// An open descriptor of a regular file, or Error. Only regular files are read: a FIFO or a
-// device is refused before it is opened (it could block the open, or never end), and again
-// after (it could have been swapped in between: the open does not block, O_NONBLOCK).
-int open_regular_file(const std::string& path, struct stat& st) {
-  if (::stat(path.c_str(), &st) != 0)
-    fail(path, std::string("cannot open: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a safetensors file");
-  if (!S_ISREG(st.st_mode))
-    fail(path, "not a regular file (a FIFO, device or socket is never read)");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, "not a regular file (a FIFO, device or socket is never read)");
-  }
-  return fd;
-}
-
-// A whole (small) regular file's bytes: an index.
-std::string read_regular_file(const std::string& path) {
-  struct stat st {};
-  const int fd = open_regular_file(path, st);
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t k = ::read(fd, buf, sizeof buf);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      const int e = errno;
-      ::close(fd);
-      fail(path, std::string("cannot read: ") + std::strerror(e));
-    }
-    if (k == 0) break;
-    out.append(buf, static_cast<std::size_t>(k));
-  }
-  ::close(fd);
-  return out;
-}
-
-}  // namespace
+// The bound on a sharded checkpoint's index (its weight_map): far beyond any real one.
+constexpr std::size_t kMaxIndexFile = std::size_t{1} << 30;
 
 // A read-only private mapping of a whole file; the file is never written.
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) {
     struct stat st {};
-    const int fd = open_regular_file(path, st);
+    const int fd = detail::open_regular_file(path, st, "safetensors file");
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -539,7 +500,7 @@ std::string real_path(const std::string& path) {
 // A shard must lie inside the index's folder: no absolute path, no "..", no link whose target
 // leaves the folder; every name is checked before any shard is opened.
 std::vector<std::string> shards_of_index(const std::string& path) {
-  const std::string text = read_regular_file(path);
+  const std::string text = detail::read_regular_file(path, "safetensors index", kMaxIndexFile);
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
   if (auto err = parser.parse(simdjson::padded_string(text)).get(doc)) {

@@ -264,6 +264,12 @@ TEST_F(CliTest, DumpAroundAnIndexAsTheReportPrintsIt) {
     EXPECT_EQ(r.code, 2) << at << ": " << r.out;
     EXPECT_NE(r.out.find(message), std::string::npos) << at << ": " << r.out;
   }
+  // A count of 0 would print nothing and pass; -1 is no count (not 2^64 - 1).
+  for (const char* n : {"0", "-1", "x"}) {
+    r = cli("dump " + mm("ref") + " fp32.out --at 1,2 -n " + n);
+    EXPECT_EQ(r.code, 2) << n << ": " << r.out;
+    EXPECT_NE(r.out.find("--limit"), std::string::npos) << n << ": " << r.out;
+  }
   r = cli("dump " + mm("ref") + " fp32.out --at \"$(printf '3,\\033[2J')\"");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << "escaped in the message";
