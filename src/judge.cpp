@@ -254,6 +254,20 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
     report.warnings.push_back(
         "test is bit-identical to ref in every tensor: was a run compared with itself?");
   }
+  // A test run equal to its float64 truth in every tensor is the truth (its file given
+  // twice, or the truth's own computation): it passes whatever ref did, and measures nothing.
+  std::size_t floating = 0, equal_to_truth = 0;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const Metrics& m = metrics_of(k);
+    if (!m.floating || !m.has_truth || m.numel == 0) continue;
+    ++floating;
+    equal_to_truth += inputs[k].test->dtype == inputs[k].truth->dtype && m.test_differs_truth == 0;
+  }
+  if (floating > 0 && equal_to_truth == floating && inputs.size() == judged) {
+    report.could_not_judge.push_back(
+        "test is bit-identical to the truth in every tensor (" + std::to_string(equal_to_truth) +
+        "): it is the truth, not a run under test (was the truth's file given as test?)");
+  }
   report.tensors = std::move(results);
   report.sort();
   return report;

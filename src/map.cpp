@@ -413,8 +413,10 @@ bool Pairer::ignored(bool ref_side, const std::string& name, std::size_t* which)
 
 void Pairer::claim(const std::string& ref_name, const Assignment* a) {
   const auto [it, added] = claimed_.emplace(ref_name, a);
-  if (added || it->second == a) return;
-  if (it->second) {
+  if (added) return;
+  if (it->second == a) {  // one entry's list repeats it: which piece is it?
+    claim_conflict_[ref_name] = "map entry " + std::to_string(a->entry->number) + " names it twice";
+  } else if (it->second) {
     claim_conflict_[ref_name] = "map entries " + std::to_string(it->second->entry->number) +
                                 " and " + std::to_string(a->entry->number) + " both map it";
   }

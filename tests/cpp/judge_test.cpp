@@ -468,6 +468,37 @@ TEST_F(InMemoryRunTest, RandomRunsCannotBeJudgedUnlessDeclaredShared) {
 // inputs), in traces that say nothing of it: most of its tensors are far beyond the
 // roundoff of their dtype from the truth. Could not judge. A few far tensors among many (a
 // gradient that is zero in exact arithmetic, a sum that cancels) are legitimate: judged.
+// The truth's file given as test (`judge truth.st ref.st truth.st`): ratio 0 everywhere, which
+// passed; it is no run under test. A float64 run that differs anywhere, and integer tensors
+// equal to their truth, are judged as before.
+TEST_F(InMemoryRunTest, TheTruthGivenAsTestCannotBeJudged) {
+  std::vector<double> exact(64), rounded(64), off(64);
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    exact[i] = std::sin(0.3 * static_cast<double>(i)) + 1.5;
+    rounded[i] = exact[i] + (i % 3 ? 1e-15 : 0);  // a float64 ref, a little off the truth
+    off[i] = exact[i];
+  }
+  off[5] += 1e-15;
+  const Buffer& truth_a = values(DType::F64, exact);
+  const Buffer& ref_a = values(DType::F64, rounded);
+  const Buffer& ids = values(DType::I64, std::vector<double>{1, 2, 3});
+  const Trace truth = run({{"a", &truth_a}, {"ids", &ids}});
+  const Trace ref = run({{"a", &ref_a}, {"ids", &ids}});
+  const Report given_twice = judge(truth, ref, &truth, JudgeOptions{});
+  EXPECT_EQ(given_twice.exit_code(), kCouldNotJudge) << render_text(given_twice);
+  ASSERT_EQ(given_twice.could_not_judge.size(), 1u);
+  EXPECT_EQ(given_twice.could_not_judge[0],
+            "test is bit-identical to the truth in every tensor (1): it is the truth, not a run "
+            "under test (was the truth's file given as test?)");
+  // float64 test and ref, one element off the truth in test: judged.
+  const Buffer& off_a = values(DType::F64, off);
+  const Report judged = judge(run({{"a", &off_a}, {"ids", &ids}}), ref, &truth, JudgeOptions{});
+  EXPECT_TRUE(judged.could_not_judge.empty()) << render_text(judged);
+  // Integers alone, equal to their truth: judged (exactly).
+  const Trace only_ids = run({{"ids", &ids}});
+  EXPECT_EQ(judge(only_ids, only_ids, &only_ids, JudgeOptions{}).exit_code(), kAligned);
+}
+
 TEST_F(InMemoryRunTest, AReferenceThatIsNoRenditionOfItsTruthCannotBeJudged) {
   auto judged = [&](std::size_t tensors, std::size_t far) {
     std::vector<std::pair<std::string, const Buffer*>> test, ref, truth;

@@ -292,6 +292,31 @@ TEST_F(FusedProjectionTest, SizesThatDoNotAddUpCannotBeJudgedNamingTheEntry) {
             "\"blocks.0.attention.qkv.out\" [3, 50, 80]");
 }
 
+// A ref list naming one tensor twice: which piece is it? (Judging the last one passed a
+// fused tensor whose first piece was garbage.)
+TEST_F(FusedProjectionTest, ARefNamedTwiceInOneEntryCannotBeJudged) {
+  std::vector<double> f(kB * kT * 3 * kH, 1e6);  // piece 1 garbage, then k, then q
+  for (std::uint64_t row = 0; row < kB * kT; ++row) {
+    for (std::uint64_t j = 0; j < kH; ++j) {
+      f[row * 3 * kH + kH + j] = ref_["k"][row * kH + j];
+      f[row * 3 * kH + 2 * kH + j] = ref_["q"][row * kH + j];
+    }
+  }
+  const Trace test =
+      run({{"blocks.0.attention.qkv.out", make_buffer(DType::F32, {kB, kT, 3 * kH}, f)}});
+  const Trace ref = separate(DType::F32, ref_), truth = separate(DType::F64, truth_);
+  const char* twice = R"({"map": [{"test": "blocks.*.attention.qkv.out",
+      "ref": ["model.layers.{1}.self_attn.q_proj.out", "model.layers.{1}.self_attn.k_proj.out",
+              "model.layers.{1}.self_attn.q_proj.out"], "cat_dim": -1}]})";
+  JudgeOptions o = with_map(twice);
+  o.only = {"*q_proj*", "*k_proj*"};
+  const Report r = judge(test, ref, &truth, o);
+  EXPECT_EQ(r.exit_code(), kCouldNotJudge) << render_text(r);
+  const TensorResult& q = result(r, "model.layers.0.self_attn.q_proj.out");
+  EXPECT_EQ(q.verdict, VerdictKind::kError);
+  EXPECT_EQ(q.reason, "map.json: map entry 1 names it twice");
+}
+
 TEST_F(FusedProjectionTest, ARefTensorNobodyMapsCannotBeJudged) {
   const Trace test = run({{"blocks.0.attention.qkv.out", fused(0)}});
   std::vector<std::pair<std::string, Buffer>> more;
