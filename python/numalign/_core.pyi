@@ -226,8 +226,9 @@ class TraceStreamWriter:
 
 def write_trace(path: str, tensors: Sequence[tuple[str, tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]]]], metadata: Mapping[str, str] | None = None) -> None: ...
 
-def write_file(path: str, text: str) -> None:
+def write_file(path: str, text: str, inputs: Sequence[str] = []) -> None:
     """
     Writes text as the CLI's -o does: atomically (links followed, mode kept), or through
-    a device, FIFO or '-' (stdout).
+    a device, FIFO or '-' (stdout); refuses a path that is one of `inputs` (the same file
+    through any path or link).
     """

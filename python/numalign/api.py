@@ -135,9 +135,23 @@ def _judge(test, ref, truth=None, **arguments) -> Report:
     options = _options(**arguments)
     with _collector_paused():
         report = Report(_judge_runs(test, ref, truth, options))
-    for record in _recorders:
-        record(report)
+    if _recorders:
+        read = _files_read(test, ref, truth)
+        for record in _recorders:
+            record(report, read)
     return report
+
+
+def _files_read(*runs) -> list:
+    """The trace files the runs were read from (paths, or Traces loaded from one)."""
+    files = []
+    for run in runs:
+        for one in (run.runs if isinstance(run, Ranks) else [run]):
+            if isinstance(one, (str, os.PathLike)):
+                files.append(os.fspath(one))
+            elif isinstance(one, Trace) and one._file is not None:
+                files.append(one._file.path)
+    return files
 
 
 def assert_aligned(test, ref, truth=None, **options) -> Report:

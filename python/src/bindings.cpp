@@ -398,11 +398,13 @@ NB_MODULE(_core, m) {
       "path"_a, "tensors"_a, "metadata"_a = nb::none());
   m.def(
       "write_file",
-      [](const std::string& path, const std::string& text) {
+      [](const std::string& path, const std::string& text, const std::vector<std::string>& inputs) {
         nb::gil_scoped_release release;
+        refuse_output_over_input(path, inputs);
         write_file_atomic(path, text);
       },
-      "path"_a, "text"_a,
+      "path"_a, "text"_a, "inputs"_a = std::vector<std::string>{},
       "Writes text as the CLI's -o does: atomically (links followed, mode kept), or through\n"
-      "a device, FIFO or '-' (stdout).");
+      "a device, FIFO or '-' (stdout); refuses a path that is one of `inputs` (the same file\n"
+      "through any path or link).");
 }

@@ -158,6 +158,34 @@ def test_pytest_plugin_writes_the_session_report(tmp_path):
     assert (tmp_path / "report.xml").read_text().count("<testcase") == 1
 
 
+def test_pytest_plugin_never_writes_over_an_input_nor_its_own_json(tmp_path):
+    """--numalign-report onto a trace the session judged is refused (as the CLI's -o is), the
+    trace kept; a PATH ending in .xml, where the JUnit report would overwrite the JSON, is a
+    usage error before any test runs."""
+    u = torch.randn(100, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    numalign.Trace({"y": u.float()}).save(tmp_path / "test.safetensors")
+    numalign.Trace({"y": u.float()}).save(tmp_path / "ref.safetensors")
+    numalign.Trace({"y": u}).save(tmp_path / "truth.safetensors")
+    (tmp_path / "test_k.py").write_text(
+        "import numalign\n"
+        "def test_one():\n"
+        "    t = numalign.Trace.load('test.safetensors')\n"
+        "    numalign.judge(t, 'ref.safetensors', 'truth.safetensors')\n")
+    before = (tmp_path / "test.safetensors").read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--numalign-report=test.safetensors", "test_k.py"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode != 0, proc.stdout
+    assert "refusing to overwrite an input" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert (tmp_path / "test.safetensors").read_bytes() == before
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--numalign-report=alignment.xml", "test_k.py"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
+    assert "alignment.json" in proc.stderr, proc.stderr
+    assert not (tmp_path / "alignment.xml").exists()
+
+
 def test_model_output_style_mappings_flatten_by_key():
     class ModelOutput(collections.OrderedDict):  # the shape of transformers' ModelOutput
         pass
