@@ -255,7 +255,8 @@ int inspect(const std::string& path) {
   return kAligned;
 }
 
-// "--at 3,17" (or "(3, 17)" and "(5,)", as a report prints it) against the tensor's shape:
+// "--at 3,17" (or "(3, 17)", "(5,)" and a 0-d tensor's "()", as a report prints them) against
+// the tensor's shape:
 // the flat position of that element; a clear error for a malformed or out-of-range index.
 std::uint64_t flat_index(const std::string& path, const std::string& tensor, const Shape& shape,
                          const std::string& at) {
@@ -269,7 +270,8 @@ std::uint64_t flat_index(const std::string& path, const std::string& tensor, con
     if (!text.empty() && text.back() == ',' && text.find(',') == text.size() - 1) text.pop_back();
   }
   std::vector<std::uint64_t> idx;
-  for (std::size_t start = 0;;) {
+  // "()" (or ""): the one element of a 0-d tensor, as a report prints its index.
+  for (std::size_t start = 0; !(text.empty() && at.find('(') != std::string::npos);) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
     const std::string part = text.substr(start, comma - start);
     if (part.empty() || part.find_first_not_of("0123456789") != part.npos)

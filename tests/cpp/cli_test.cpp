@@ -264,6 +264,20 @@ TEST_F(CliTest, DumpAroundAnIndexAsTheReportPrintsIt) {
     EXPECT_EQ(r.code, 2) << at << ": " << r.out;
     EXPECT_NE(r.out.find(message), std::string::npos) << at << ": " << r.out;
   }
+  // "()", the index a report gives a 0-d tensor's element, is the one element of a 0-d tensor
+  // and too few indexes for any other.
+  r = cli("dump " + mm("ref") + " fp32.out --at '()'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--at (): 0 indexes for a tensor of shape [32, 32]"), std::string::npos)
+      << r.out;
+  const float value = 2.5f;
+  const std::string scalar = (dir_ / "scalar.safetensors").string();
+  write_trace(scalar,
+              {{"s", TensorView{DType::F32, Shape{}, reinterpret_cast<const std::byte*>(&value)}}});
+  r = cli("dump " + scalar + " s --at '()'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(r.out.starts_with("0 [] ")) << r.out;
+  EXPECT_NE(r.out.find("2.5"), std::string::npos) << r.out;
   // A count of 0 would print nothing and pass; -1 is no count (not 2^64 - 1).
   for (const char* n : {"0", "-1", "x"}) {
     r = cli("dump " + mm("ref") + " fp32.out --at 1,2 -n " + n);
