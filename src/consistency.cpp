@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fault_guard.hpp"
 #include "format.hpp"
 #include "json.hpp"
 #include "numalign/error.hpp"
@@ -36,8 +37,12 @@ void check_rule(const Rule& rule) {
   }
 }
 
+// Both read mapped files: under the fault guard, a file that shrank is an Error naming it,
+// not a SIGBUS that kills the process.
 bool same_bytes(const TensorView& a, const TensorView& b) {
-  return std::memcmp(a.data, b.data, a.nbytes()) == 0;
+  bool same = false;
+  detail::guarded([&] { same = std::memcmp(a.data, b.data, a.nbytes()) == 0; });
+  return same;
 }
 
 // The difference of two tensors of one dtype and shape that are not bitwise equal, from
@@ -47,10 +52,12 @@ RankDifference difference_of(const TensorView& mine, const TensorView& rank0, st
   RankDifference d;
   d.rank = rank;
   d.elements_differ = m.bits_differ;
-  d.first_index = first_differing(mine, rank0);
-  const std::size_t es = element_size(mine.dtype);
-  d.value = to_double(mine.dtype, mine.data + d.first_index * es);
-  d.rank0_value = to_double(rank0.dtype, rank0.data + d.first_index * es);
+  detail::guarded([&] {
+    d.first_index = first_differing(mine, rank0);
+    const std::size_t es = element_size(mine.dtype);
+    d.value = to_double(mine.dtype, mine.data + d.first_index * es);
+    d.rank0_value = to_double(rank0.dtype, rank0.data + d.first_index * es);
+  });
   d.max_ulp = m.ulp.max;  // exact for integers too: their largest difference
   d.ulp_inf = m.floating && m.ulp.any_inf;
   return d;

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "numalign/consistency.hpp"
 #include "numalign/error.hpp"
 #include "numalign/judge.hpp"
 #include "numalign/trace.hpp"
@@ -48,6 +49,25 @@ TEST(FaultGuardTest, ATraceTruncatedAfterOpeningIsAnErrorNamingItNotASignal) {
     }
     write_floats(test, DType::F32, n, 1.0);  // the process is fine: judge again
     EXPECT_TRUE(judge(Trace::open(test), r, &u, options).aligned());
+  }
+}
+
+// The replica check compares ranks' bytes before any metric: a rank's file that shrank there
+// is an error naming it too (it was a SIGBUS that killed the process).
+TEST(FaultGuardTest, ARankTruncatedBeforeTheReplicaCheckIsAnError) {
+  TempDir dir;
+  constexpr std::size_t n = std::size_t{1} << 20;
+  const std::string r0 = dir.file("r0.safetensors"), r1 = dir.file("r1.safetensors");
+  write_floats(r0, DType::F32, n, 1.0);
+  write_floats(r1, DType::F32, n, 1.0);
+  const Trace a = Trace::open(r0), b = Trace::open(r1);
+  ASSERT_EQ(::truncate(r1.c_str(), 4096), 0);
+  try {
+    check_consistent({&a, &b}, {r0, r1}, parse_rule("exact"), {}, 1);
+    FAIL() << "compared a file that shrank";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), r1);
+    EXPECT_NE(e.problem().find("changed while being read"), std::string::npos) << e.problem();
   }
 }
 
