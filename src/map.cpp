@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -266,25 +265,44 @@ std::optional<std::vector<std::string_view>> captures_of_match(std::string_view 
   std::vector<std::size_t> pat_at, text_at;
   decode(glob, true, pat, pat_at);
   decode(name, false, text, text_at);
-  // Backtracking over the stars, each as short as possible; `failed` remembers (pattern
-  // position, name position) pairs that cannot match, so the search stays polynomial.
-  std::vector<std::string_view> caps;
-  std::set<std::pair<std::size_t, std::size_t>> failed;
-  auto match = [&](auto&& self, std::size_t p, std::size_t n) -> bool {
-    for (; p < pat.size() && pat[p] != kStar; ++p, ++n) {
-      if (n >= text.size() || (pat[p] != kAny && pat[p] != text[n])) return false;
+  // The segments between stars, each matched where it first can: the leftmost placement
+  // leaves every star as short as possible (a later star takes up whatever an earlier one
+  // would have), and is found without recursion or backtracking. The last segment is
+  // anchored at the name's end.
+  const auto fits = [&](std::size_t p, std::size_t len, std::size_t n) {
+    for (std::size_t k = 0; k < len; ++k) {
+      if (pat[p + k] != kAny && pat[p + k] != text[n + k]) return false;
     }
-    if (p == pat.size()) return n == text.size();
-    if (failed.count({p, n})) return false;
-    for (std::size_t end = n; end <= text.size(); ++end) {
-      caps.push_back(name.substr(text_at[n], text_at[end] - text_at[n]));
-      if (self(self, p + 1, end)) return true;
-      caps.pop_back();
-    }
-    failed.insert({p, n});
-    return false;
+    return true;
   };
-  if (!match(match, 0, 0)) return std::nullopt;
+  std::vector<std::size_t> stars;
+  for (std::size_t p = 0; p < pat.size(); ++p) {
+    if (pat[p] == kStar) stars.push_back(p);
+  }
+  if (stars.empty()) {
+    if (pat.size() != text.size() || !fits(0, pat.size(), 0)) return std::nullopt;
+    return std::vector<std::string_view>{};
+  }
+  const std::size_t head = stars.front(), tail = pat.size() - stars.back() - 1;
+  if (head + tail > text.size() || !fits(0, head, 0) ||
+      !fits(stars.back() + 1, tail, text.size() - tail)) {
+    return std::nullopt;
+  }
+  std::vector<std::string_view> caps;
+  const auto capture = [&](std::size_t from, std::size_t to) {
+    caps.push_back(name.substr(text_at[from], text_at[to] - text_at[from]));
+  };
+  std::size_t n = head;
+  const std::size_t limit = text.size() - tail;  // where the last segment starts
+  for (std::size_t i = 0; i + 1 < stars.size(); ++i) {
+    const std::size_t p = stars[i] + 1, len = stars[i + 1] - p;
+    std::size_t at = n;
+    while (at + len <= limit && !fits(p, len, at)) ++at;
+    if (at + len > limit) return std::nullopt;
+    capture(n, at);
+    n = at + len;
+  }
+  capture(n, limit);
   return caps;
 }
 
