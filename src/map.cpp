@@ -732,6 +732,18 @@ void Pairer::pair(const std::vector<std::string>& only) {
     }
     out_.triples.emplace_back(e.name, &e.view, nullptr);
   }
+  // A tensor a later rank holds and rank 0 does not: no pairing reads it, and the ranks of one
+  // run should hold the same names. Ref's names were listed above (missing from test).
+  std::unordered_set<std::string_view> stray;  // named once, at the first rank holding it
+  for (std::size_t r = 1; r < tests_.size(); ++r) {
+    for (const auto& e : tests_[r]->entries()) {
+      if (test_.find(e.name) || ref_.find(e.name) || !selected_by(only, e.name)) continue;
+      if (ignored(false, e.name) || !stray.insert(e.name).second) continue;
+      out_.triples.emplace_back(e.name, nullptr, nullptr).problem =
+          "only on rank " + std::to_string(r) +
+          " of test: rank 0 and ref have no tensor of that name";
+    }
+  }
   // Every ignore, with what it left out and why: the report shows what was not judged.
   for (std::size_t i = 0; i < map_.ignore.size(); ++i) {
     const MapIgnore& ig = map_.ignore[i];

@@ -8,6 +8,7 @@
 #include <deque>
 #include <random>
 
+#include "numalign/dtype.hpp"
 #include "numalign/judge.hpp"
 #include "numalign/layout.hpp"
 #include "numalign/metrics.hpp"
@@ -490,6 +491,28 @@ class RanksTest : public FusedProjectionTest {
                 {"q", make_buffer(dt, {kB, kT, kH}, v.at("q"))}});
   }
 };
+
+// A tensor only rank 1 holds (not rank 0, not ref) was in no list: the run passed.
+TEST_F(RanksTest, ATensorOnlyALaterRankHoldsCannotBeJudged) {
+  const Trace ref = single(DType::F32, ref_), truth = single(DType::F64, truth_);
+  const char* map =
+      R"({"map": [{"ref": "k", "sharded_dim": -1}, {"ref": "q", "replicated": true}]})";
+  std::vector<Trace> runs = rank_runs(2);
+  const Trace rank0 = std::move(runs[0]);
+  std::vector<std::pair<std::string, Buffer>> with_extra;
+  for (const auto& e : runs[1].entries()) {
+    std::vector<double> v(e.view.numel());
+    for (std::uint64_t i = 0; i < v.size(); ++i) v[i] = to_double(DType::F32, e.view.data + 4 * i);
+    with_extra.push_back({e.name, make_buffer(DType::F32, e.view.shape, v)});
+  }
+  with_extra.push_back({"stray", make_buffer(DType::F32, {4}, {1e9, 1e9, 1e9, 1e9})});
+  const Trace rank1 = run(std::move(with_extra));
+  const Report r = judge({&rank0, &rank1}, ref, &truth, with_map(map));
+  EXPECT_EQ(r.exit_code(), kCouldNotJudge) << render_text(r);
+  const TensorResult& stray = result(r, "stray");
+  EXPECT_EQ(stray.verdict, VerdictKind::kError);
+  EXPECT_EQ(stray.reason, "only on rank 1 of test: rank 0 and ref have no tensor of that name");
+}
 
 TEST_F(RanksTest, ShardsAreJudgedAsOneTensorAndReplicasMustAgree) {
   const Trace ref = single(DType::F32, ref_), truth = single(DType::F64, truth_);
