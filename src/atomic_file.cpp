@@ -198,9 +198,11 @@ AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   remove_stale_temporaries(dir.string());
   const std::string stem = (dir / kTempPrefix).string() + std::to_string(::getpid()) + ".";
+  // No more open than the file it replaces while it is written (commit sets the mode).
+  const mode_t create_mode = existed_ ? (mode_ & 0666) : 0666;
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
     std::string name = stem + random_hex16();
-    fd_ = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    fd_ = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, create_mode);
     if (fd_ >= 0) {
       tmp_ = std::move(name);
     } else if (errno != EEXIST) {

@@ -136,6 +136,30 @@ TEST(AtomicFileTest, AnExistingFileKeepsItsModeAndANewOneHonoursTheUmask) {
   EXPECT_EQ(mode_of(dir.file("fresher.txt")), 0600u);
 }
 
+// While a report replacing a private file is written, its temporary is as private: others
+// could read it there before (the temporary was created 0644 under umask 022).
+TEST(AtomicFileTest, TheTemporaryIsNoMoreOpenThanTheFileItReplaces) {
+  TempDir dir;
+  const std::string kept = dir.file("private.txt");
+  std::ofstream(kept) << "old";
+  ASSERT_EQ(::chmod(kept.c_str(), 0600), 0);
+  const mode_t old_mask = ::umask(022);
+  {
+    AtomicFile f(kept);
+    f.write("secret");
+    std::vector<std::string> temporaries;
+    for (const auto& e : fs::directory_iterator(dir.path())) {
+      if (e.path().string() != kept) temporaries.push_back(e.path().string());
+    }
+    ASSERT_EQ(temporaries.size(), 1u);
+    EXPECT_EQ(mode_of(temporaries[0]), 0600u);
+    f.commit();
+  }
+  ::umask(old_mask);
+  EXPECT_EQ(mode_of(kept), 0600u);
+  EXPECT_EQ(read_all(kept), "secret");
+}
+
 TEST(AtomicFileTest, ASymlinkIsResolvedAndItsTargetReplaced) {
   TempDir dir;
   fs::create_directory(dir.file("real"));
