@@ -1,4 +1,5 @@
 // main.cpp: the `numalign` command line (judge, compare, inspect, dump, pack) on the core.
+#include <signal.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -413,6 +414,9 @@ int run_consistent(const std::vector<std::string>& files, const std::string& rul
 
 int main(int argc, char** argv) {
   keep_malloc_thresholds_fixed();
+  // A write past the file size limit (ulimit -f) then fails with EFBIG, reported with the
+  // output's name and exit 2, instead of killing the process (SIGXFSZ's default action).
+  ::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{
       "numalign: is an implementation numerically aligned with its reference?\n"
       "The allowance is measured against a float64 truth, not hand-picked."};

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,8 +53,9 @@ extern "C" void remove_temporaries_and_die(int sig) {
 // Installed over the default action only (checked at each temporary: the handler resets
 // itself when it runs, and a process may reset it): a process that handles or ignores these
 // signals itself (Python's SIGINT handler, `nohup`) keeps its own behaviour.
+// SIGXFSZ (a write past RLIMIT_FSIZE) is among them: its default action kills the process.
 void install_handlers() {
-  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGXFSZ}) {
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
         old.sa_handler != SIG_DFL) {
@@ -100,8 +102,33 @@ std::string random_hex16() {
   return buf;
 }
 
+// Whether no writer holds the temporary `name` in `dfd`: its writer holds an exclusive lock on
+// it from creation to rename, so a shared lock is granted only once that writer is gone. A
+// process id cannot tell this across pid namespaces (containers sharing a folder) or machines
+// (NFS), where a live writer's pid is unknown here; it is trusted alone only on a file system
+// without locks. Opened without following links or blocking; a file that cannot be opened, is
+// held, is not a regular file of this user, or was replaced meanwhile, is left alone. On true,
+// `fd` holds the lock (where there is one) until the caller closes it.
+bool writer_is_gone(int dfd, const char* name, int& fd) {
+  fd = ::openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return false;
+  struct stat opened {
+  }, named{};
+  const bool gone = ::fstat(fd, &opened) == 0 && S_ISREG(opened.st_mode) &&
+                    opened.st_uid == ::geteuid() &&
+                    (::flock(fd, LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) &&
+                    ::fstatat(dfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    named.st_dev == opened.st_dev && named.st_ino == opened.st_ino;
+  if (!gone) {
+    ::close(fd);
+    fd = -1;
+  }
+  return gone;
+}
+
 // Removes temporaries that a process killed by SIGKILL (or a power cut) left in `dir`: files
-// with our prefix whose writer's pid no longer exists, owned by this user.
+// with our prefix, owned by this user, whose writer is neither a live process here nor holds
+// the file's lock (see writer_is_gone).
 void remove_stale_temporaries(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (!d) return;
@@ -115,12 +142,33 @@ void remove_stale_temporaries(const std::string& dir) {
     const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
     if (ec != std::errc() || end == rest.data() || *end != '.' || pid <= 0 || pid == self) continue;
     if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to ask
-    struct stat st {};
-    if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
-    ::unlinkat(dfd, e->d_name, 0);
+    int fd = -1;
+    if (!writer_is_gone(dfd, e->d_name, fd)) continue;
+    ::unlinkat(dfd, e->d_name, 0);  // under the lock: a writer that locks it now finds it gone
+    ::close(fd);
   }
   ::closedir(d);
+}
+
+// Creates and locks a new temporary `name` (see writer_is_gone): -1 with errno EEXIST when
+// the name is taken, or when another process locked the file before its writer could (a
+// cleaner, which removes it; else it is removed here): the caller tries another name. On a
+// file system without locks the file is kept unlocked.
+int create_locked_temporary(const std::string& name, mode_t mode) {
+  const int fd = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) return -1;
+  const bool held_by_another = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  struct stat opened {
+  }, named{};
+  const bool still_named = ::fstat(fd, &opened) == 0 && ::lstat(name.c_str(), &named) == 0 &&
+                           named.st_dev == opened.st_dev && named.st_ino == opened.st_ino;
+  if (held_by_another || !still_named) {
+    if (still_named) ::unlink(name.c_str());
+    ::close(fd);
+    errno = EEXIST;
+    return -1;
+  }
+  return fd;
 }
 
 // The descriptor a /dev/stdout-like path names, or -1: such a path is a link into /proc that
@@ -202,7 +250,7 @@ AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
   const mode_t create_mode = existed_ ? (mode_ & 0666) : 0666;
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
     std::string name = stem + random_hex16();
-    fd_ = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, create_mode);
+    fd_ = create_locked_temporary(name, create_mode);
     if (fd_ >= 0) {
       tmp_ = std::move(name);
     } else if (errno != EEXIST) {

@@ -15,9 +15,12 @@ namespace numalign::detail {
 
 // Temporary files are named "<kTempPrefix><pid>.<16 random hex digits>" in the target's
 // folder (a rename is atomic only within one file system), created exclusively (O_EXCL, so a
-// planted link is never followed) with mode 0666 less the umask. They are removed on abort,
-// on destruction, on SIGINT / SIGTERM (when the process left those signals at their default),
-// and, for one left by a process that died (SIGKILL), by the next AtomicFile in that folder.
+// planted link is never followed) and no more open than the file they replace, and locked
+// (flock) by their writer until renamed. They are removed on abort, on destruction, on SIGINT,
+// SIGTERM, SIGHUP and SIGXFSZ (when the process left those signals at their default), and, for
+// one left by a process that died (SIGKILL), by the next AtomicFile in that folder: one whose
+// lock nobody holds, so that a live writer in another pid namespace or on another machine of
+// a shared folder keeps its own.
 inline constexpr std::string_view kTempPrefix = ".numalign-tmp.";
 
 class AtomicFile {

@@ -2,8 +2,11 @@
 // as it was and no temporary file behind.
 #include "atomic_file.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -241,6 +244,57 @@ TEST(AtomicFileTest, TemporariesLeftByADeadProcessAreRemovedOnTheNextWrite) {
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_TRUE(fs::exists(live)) << "its writer may still be running";
   EXPECT_TRUE(fs::exists(other));
+}
+
+// A writer in another pid namespace, or on another machine sharing the folder, has a pid that
+// is dead (or someone else's) here: its lock, not its pid, says it is alive (issue 36, 7).
+TEST(AtomicFileTest, ATemporaryWhoseWriterHoldsItsLockIsKeptWhateverItsPid) {
+  TempDir dir;
+  const std::string foreign =
+      dir.file(".numalign-tmp." + std::to_string(a_dead_pid()) + ".00000000000000aa");
+  std::ofstream(foreign) << "a report being written";
+  const int held = ::open(foreign.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  write_all(dir.file("out"), "new");
+  EXPECT_TRUE(fs::exists(foreign)) << "its writer holds the lock: it is alive";
+  ::close(held);  // the writer died
+  write_all(dir.file("out"), "newer");
+  EXPECT_FALSE(fs::exists(foreign)) << "once nobody holds it, it is stale";
+}
+
+TEST(AtomicFileTest, AWriterHoldsTheLockOnItsTemporaryUntilCommit) {
+  TempDir dir;
+  AtomicFile f(dir.file("out"));
+  std::string tmp;
+  for (const auto& e : fs::directory_iterator(dir.path())) tmp = e.path();
+  const int probe = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(probe, 0);
+  EXPECT_EQ(::flock(probe, LOCK_SH | LOCK_NB), -1);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  ::close(probe);
+  f.write("x");
+  f.commit();
+  EXPECT_EQ(read_all(dir.file("out")), "x");
+}
+
+// A write past RLIMIT_FSIZE raises SIGXFSZ, whose default action kills: the temporary goes
+// first, and the process still dies of the signal (issue 36, 15).
+TEST(AtomicFileTest, SigxfszRemovesTheTemporary) {
+  TempDir dir;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_DFL);
+    const struct rlimit limit { 4096, 4096 };
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    AtomicFile f(dir.file("big.bin"));
+    f.write(std::string(1 << 16, 'x'));
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ) << "status " << status;
+  EXPECT_EQ(files_in(dir), 0u) << "no temporary left";
 }
 
 // SIGTERM and SIGINT (when the process had not set a handler of its own) remove the temporary

@@ -60,3 +60,29 @@ def test_a_signal_during_trace_model_save_to_leaves_no_file(tmp_path, sig):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == -getattr(signal, sig), r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_report_past_the_file_size_limit_is_a_clear_error_and_leaves_no_file(tmp_path):
+    """Under `ulimit -f` a write past the limit fails (EFBIG): the CLI names the output, exits
+    2 and leaves neither the report nor its temporary (SIGXFSZ used to kill it mid-write and
+    leave `.numalign-tmp.*`)."""
+    import resource
+
+    truth = torch.linspace(-1, 1, 4096, dtype=torch.float64)
+    ref = truth.to(torch.float32)
+    for name, t in {"t": ref, "r": ref, "f": truth}.items():
+        save_file({"y": t}, tmp_path / f"{name}.safetensors")
+    out = tmp_path / "out" / "report.json"
+    out.parent.mkdir()
+
+    def small_file_limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+
+    cli = os.environ.get("NUMALIGN_CLI", "build/numalign")
+    r = subprocess.run(
+        [cli, "judge", *(str(tmp_path / f"{n}.safetensors") for n in "trf"), "--format", "json",
+         "-o", str(out)],
+        capture_output=True, text=True, timeout=60, preexec_fn=small_file_limit)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert str(out) in r.stderr and "File too large" in r.stderr, r.stderr
+    assert list(out.parent.iterdir()) == []
