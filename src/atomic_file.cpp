@@ -21,8 +21,10 @@
 #include <random>
 #include <vector>
 
+#include "fault_guard.hpp"
 #include "numalign/error.hpp"
 #include "numalign/trace_writer.hpp"
+#include "regular_file.hpp"
 
 namespace numalign::detail {
 
@@ -31,6 +33,24 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// A write that failed with EFAULT read from a mapped input that shrank under it (the kernel
+// reports EFAULT, not SIGBUS, for a copy from pages past the file's end): the error names that
+// input rather than the output. Otherwise the failure names the target.
+[[noreturn]] void fail_write(const std::string& target, const void* data, std::size_t n) {
+  const int error = errno;
+  if (error == EFAULT && n > 0) {
+    const auto* p = static_cast<const char*>(data);
+    std::string source = mapped_file_at(p);
+    if (source.empty()) source = mapped_file_at(p + n - 1);
+    if (!source.empty()) {
+      fail(source, "changed while being copied to " + target +
+                       " (it shrank: truncated or rewritten meanwhile); copy a file that nothing "
+                       "writes to");
+    }
+  }
+  fail(target, std::string("write failed: ") + std::strerror(error));
+}
 
 // ---- the temporaries a signal removes ----
 // Fixed slots, so that the handler touches no allocator: 0 free, 1 being changed, 2 live.
@@ -190,6 +210,7 @@ int own_descriptor(const std::string& path) {
 }  // namespace
 
 AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
+  check_path(target_);
   if (const int fd = own_descriptor(target_); fd >= 0) {
     std::fflush(fd == STDERR_FILENO ? stderr : stdout);  // what stdio holds goes first
     fd_ = fd;
@@ -278,7 +299,7 @@ void AtomicFile::write(const void* data, std::size_t n) {
     const ssize_t k = ::write(fd_, p, n);
     if (k < 0) {
       if (errno == EINTR) continue;
-      fail(target_, errno_text("write failed"));
+      fail_write(target_, p, n);
     }
     p += k;
     n -= static_cast<std::size_t>(k);
@@ -293,7 +314,8 @@ void AtomicFile::write_at(const void* data, std::size_t n, std::uint64_t offset)
     const ssize_t k = ::pwrite(fd_, p, n, at);
     if (k <= 0) {
       if (k < 0 && errno == EINTR) continue;
-      fail(target_, errno_text("write failed"));
+      if (k < 0) fail_write(target_, p, n);
+      fail(target_, "write failed: nothing written");
     }
     p += k;
     at += k;

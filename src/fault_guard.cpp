@@ -48,15 +48,6 @@ void install_handler() {
   ::sigaction(SIGBUS, &sa, &g_previous);
 }
 
-std::string file_at(const void* address) {
-  const auto* a = static_cast<const std::byte*>(address);
-  const std::lock_guard<std::mutex> lock(g_mutex);
-  for (const Mapping& m : g_mappings) {
-    if (a >= m.begin && a < m.begin + m.size) return m.path;
-  }
-  return "";
-}
-
 }  // namespace
 
 void register_mapping(const void* begin, std::size_t size, const std::string& path) {
@@ -64,6 +55,15 @@ void register_mapping(const void* begin, std::size_t size, const std::string& pa
   std::call_once(once, install_handler);
   const std::lock_guard<std::mutex> lock(g_mutex);
   g_mappings.push_back({static_cast<const std::byte*>(begin), size, path});
+}
+
+std::string mapped_file_at(const void* address) {
+  const auto* a = static_cast<const std::byte*>(address);
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  for (const Mapping& m : g_mappings) {
+    if (a >= m.begin && a < m.begin + m.size) return m.path;
+  }
+  return "";
 }
 
 void unregister_mapping(const void* begin) {
@@ -79,7 +79,7 @@ void call_guarded(void (*fn)(void*), void* ctx) {
   if (sigsetjmp(jump, 0) != 0) {
     t_jump = outer;
     // SA_NODEFER left SIGBUS unblocked; the jump kept the mask as it was.
-    const std::string file = file_at(t_fault);
+    const std::string file = mapped_file_at(t_fault);
     fail(file.empty() ? "a mapped file" : file,
          "changed while being read (it shrank: truncated or rewritten during the pass); "
          "judge a copy that nothing writes to");

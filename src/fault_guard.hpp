@@ -13,6 +13,8 @@ namespace numalign::detail {
 // the handler that was there before, or kills the process as it would have).
 void register_mapping(const void* begin, std::size_t size, const std::string& path);
 void unregister_mapping(const void* begin);
+// The path of the registered mapping that holds `address`, or "" when none does.
+std::string mapped_file_at(const void* address);
 
 // Calls fn(ctx). A SIGBUS on this thread during the call unwinds (siglongjmp) back here and
 // throws Error(<the mapped file>, "changed while being read ..."). What the interrupted code

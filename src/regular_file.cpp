@@ -11,7 +11,15 @@
 
 namespace numalign::detail {
 
+void check_path(const std::string& path) {
+  if (path.empty()) fail(path, "an empty path names no file");
+  if (path.find('\0') != std::string::npos) {
+    fail(path, "the path holds a NUL byte: no file has such a name");
+  }
+}
+
 int open_regular_file(const std::string& path, struct stat& st, const std::string& what) {
+  check_path(path);
   if (::stat(path.c_str(), &st) != 0)
     fail(path, std::string("cannot open: ") + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a " + what);

@@ -11,6 +11,10 @@
 
 namespace numalign::detail {
 
+// Throws Error when `path` cannot name a file: empty, or holding a NUL byte (the system would
+// read it cut at the NUL, another file). Every path numalign opens or writes goes through it.
+void check_path(const std::string& path);
+
 // An open descriptor of the regular file `path` (O_NONBLOCK, O_CLOEXEC), its stat in `st`;
 // throws Error naming the path, and `what` it should have been, otherwise.
 int open_regular_file(const std::string& path, struct stat& st, const std::string& what);

@@ -546,6 +546,7 @@ std::vector<std::string> shards_of_index(const std::string& path) {
 }  // namespace
 
 Trace Trace::open(const std::string& path) {
+  detail::check_path(path);
   Trace t;
   t.path_ = path;
   std::vector<std::string> files;

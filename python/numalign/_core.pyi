@@ -3,6 +3,7 @@ numalign's C++ core: rules, fused metrics, reports and safetensors traces
 """
 
 from collections.abc import Mapping, Sequence
+import os
 from typing import Annotated
 
 import numpy
@@ -96,7 +97,7 @@ class JudgeArguments:
     def policy_path(self) -> str: ...
 
     @policy_path.setter
-    def policy_path(self, arg: str, /) -> None: ...
+    def policy_path(self, arg: str | os.PathLike[str] | bytes, /) -> None: ...
 
     @property
     def policy_json(self) -> str | None: ...
@@ -108,7 +109,7 @@ class JudgeArguments:
     def map_path(self) -> str: ...
 
     @map_path.setter
-    def map_path(self, arg: str, /) -> None: ...
+    def map_path(self, arg: str | os.PathLike[str] | bytes, /) -> None: ...
 
     @property
     def map_json(self) -> str | None: ...
@@ -154,7 +155,7 @@ def rule_kind(spec: str, where: str = 'rule') -> str: ...
 
 class Trace:
     @staticmethod
-    def open(path: str) -> Trace: ...
+    def open(path: str | os.PathLike[str] | bytes) -> Trace: ...
 
     @staticmethod
     def from_tensors(label: str, tensors: Sequence[tuple[str, tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]]]], raw_metadata: Mapping[str, str] = {}) -> Trace: ...
@@ -173,7 +174,7 @@ def judge(test: Trace, ref: Trace, truth: Trace | None, options: JudgeOptions) -
 
 def judge_ranks(test_ranks: list, ref: Trace, truth: Trace | None, options: JudgeOptions) -> Report: ...
 
-def rank_trace_path(path: str, rank: int) -> str:
+def rank_trace_path(path: str | os.PathLike[str] | bytes, rank: int) -> str:
     """
     A rank's trace as numalign.distributed.save names it: run.safetensors -> run.rank1.safetensors.
     """
@@ -195,7 +196,7 @@ def tensors_to_compare(summaries: Sequence[Sequence[tuple[str, str, Sequence[int
 
 def compare_with_rank0(mine: tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]], rank0: tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]], rank: int, name: str) -> RankDifference | None: ...
 
-def consistency_report(summaries: Sequence[Sequence[tuple[str, str, Sequence[int], str]]], measured: Sequence[tuple[str, RankDifference]], rule: str, files: Sequence[str]) -> str: ...
+def consistency_report(summaries: Sequence[Sequence[tuple[str, str, Sequence[int], str]]], measured: Sequence[tuple[str, RankDifference]], rule: str, files: Sequence[str | os.PathLike[str] | bytes]) -> str: ...
 
 def fingerprint(tensor: tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]]) -> str:
     """
@@ -210,7 +211,7 @@ def upstream_gradient(key: int, count: int) -> Annotated[NDArray[numpy.float32],
     """
 
 class TraceStreamWriter:
-    def __init__(self, path: str, header_reserve: int = 1048576, reference_layout_below: int = 67108864) -> None: ...
+    def __init__(self, path: str | os.PathLike[str] | bytes, header_reserve: int = 1048576, reference_layout_below: int = 67108864) -> None: ...
 
     @property
     def path(self) -> str: ...
@@ -224,9 +225,9 @@ class TraceStreamWriter:
 
     def abort(self) -> None: ...
 
-def write_trace(path: str, tensors: Sequence[tuple[str, tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]]]], metadata: Mapping[str, str] | None = None) -> None: ...
+def write_trace(path: str | os.PathLike[str] | bytes, tensors: Sequence[tuple[str, tuple[str, Sequence[int], tuple[int, int, object] | Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]]]], metadata: Mapping[str, str] | None = None) -> None: ...
 
-def write_file(path: str, text: str, inputs: Sequence[str] = []) -> None:
+def write_file(path: str | os.PathLike[str] | bytes, text: str, inputs: Sequence[str | os.PathLike[str] | bytes] = []) -> None:
     """
     Writes text as the CLI's -o does: atomically (links followed, mode kept), or through
     a device, FIFO or '-' (stdout); refuses a path that is one of `inputs` (the same file

@@ -32,14 +32,21 @@ def is_tensor(x) -> bool:
     return (torch is not None and isinstance(x, torch.Tensor)) or isinstance(x, np.ndarray)
 
 
-def _check_name(name: str) -> None:
-    """Names cross to the core as UTF-8: one that cannot be encoded (a lone surrogate) is
-    refused here, naming it, rather than by the binding's type check."""
+def check_text(text, what: str) -> None:
+    """Text crosses to the core as UTF-8: a str that cannot be encoded (a lone surrogate, as
+    os.fsdecode makes of a byte that is not UTF-8) is refused here, naming `what` holds it,
+    rather than by the binding's type check ("incompatible function arguments")."""
+    if not isinstance(text, str):
+        return  # the binding's type check names what it expected
     try:
-        name.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise ValueError(f"tensor {name!r}: the name is not valid Unicode ({e.reason} at "
-                         f"position {e.start}) and cannot be written as UTF-8") from None
+        raise ValueError(f"{what} {text!r}: not valid Unicode ({e.reason} at position "
+                         f"{e.start}) and cannot be written as UTF-8") from None
+
+
+def _check_name(name: str) -> None:
+    check_text(name, "tensor")
 
 
 def to_core(x, name: str):

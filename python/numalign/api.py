@@ -9,6 +9,7 @@ import json
 import os
 
 from . import _core
+from ._tensors import check_text
 from .report import Report
 from .trace import Trace, as_core_trace
 
@@ -25,9 +26,13 @@ def _add_rules(args, rules):
     if isinstance(rules, dict):
         for glob, spec in rules.items():
             spec, reason = spec if isinstance(spec, tuple) else (spec, "")
+            for text, what in ((glob, "rules: the glob"), (spec, "rules: the rule"),
+                               (reason, "rules: the reason")):
+                check_text(text, what)
             args.add_override(glob, spec, reason)
     else:
         for text in rules:
+            check_text(text, "rules:")
             args.add_rule(text)
 
 
@@ -42,6 +47,7 @@ def _options(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=No
     a.larger_multiplier_for_small = larger_multiplier_for_small
     a.force_max_multiplier = force_max_multiplier
     a.threads, a.magnitude_profile = threads, magnitude_profile
+    check_text(shared_randomness, "shared_randomness:")
     a.shared_randomness = shared_randomness
     if policy is not None:
         if isinstance(policy, dict):
@@ -55,7 +61,10 @@ def _options(*, tol=None, rules=None, policy=None, equal_nan=None, check_bias=No
             a.map_path = os.fspath(map)
     _add_rules(a, rules)
     if only is not None:
-        a.only = [only] if isinstance(only, str) else list(only)
+        globs = [only] if isinstance(only, str) else list(only)
+        for glob in globs:
+            check_text(glob, "only: the glob")
+        a.only = globs
     a.module_ranking, a.first_failing = module_ranking, first_failing
     return _core.resolve_options(a)
 
@@ -147,7 +156,7 @@ def _files_read(*runs) -> list:
     files = []
     for run in runs:
         for one in (run.runs if isinstance(run, Ranks) else [run]):
-            if isinstance(one, (str, os.PathLike)):
+            if isinstance(one, (str, bytes, os.PathLike)):
                 files.append(os.fspath(one))
             elif isinstance(one, Trace) and one._file is not None:
                 files.append(one._file.path)

@@ -129,7 +129,7 @@ class Trace(Mapping):
 
 def as_core_trace(obj):
     """A path, a Trace, or tensors / nested outputs as the core's run."""
-    if isinstance(obj, (str, os.PathLike)):
+    if isinstance(obj, (str, bytes, os.PathLike)):
         return _core.Trace.open(os.fspath(obj))
     if isinstance(obj, Trace):
         return obj.core_trace()

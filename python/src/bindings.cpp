@@ -32,6 +32,59 @@ using namespace nb::literals;
 using namespace numalign;
 
 namespace {
+// A file system path as the OS holds it: bytes, not necessarily UTF-8.
+struct FsPath {
+  std::string bytes;
+};
+}  // namespace
+
+// Paths cross as Python's os module passes them: a str (a byte that is not UTF-8 held as a
+// lone surrogate, as os.fsdecode makes it), bytes or an os.PathLike, encoded with the file
+// system encoding. Paths come back as str decoded the same way (fs_str), so they round-trip.
+template <>
+struct nanobind::detail::type_caster<FsPath> {
+  NB_TYPE_CASTER(FsPath, const_name("str | os.PathLike[str] | bytes"))
+
+  bool from_python(handle src, std::uint32_t, cleanup_list*) noexcept {
+    PyObject* encoded = nullptr;
+    if (!PyUnicode_FSConverter(src.ptr(), &encoded)) {
+      PyErr_Clear();  // not a path, or one with a NUL: the core's check_path names the latter
+      return from_path_with_nul(src);
+    }
+    value.bytes.assign(PyBytes_AS_STRING(encoded),
+                       static_cast<std::size_t>(PyBytes_GET_SIZE(encoded)));
+    Py_DECREF(encoded);
+    return true;
+  }
+
+ private:
+  // PyUnicode_FSConverter refuses a NUL; keep it, so that the core says what is wrong.
+  bool from_path_with_nul(handle src) noexcept {
+    PyObject* fspath = PyOS_FSPath(src.ptr());
+    if (!fspath) {
+      PyErr_Clear();
+      return false;
+    }
+    PyObject* encoded = PyUnicode_Check(fspath) ? PyUnicode_EncodeFSDefault(fspath) : fspath;
+    if (encoded != fspath) Py_DECREF(fspath);
+    if (!encoded || !PyBytes_Check(encoded)) {
+      Py_XDECREF(encoded);
+      PyErr_Clear();
+      return false;
+    }
+    value.bytes.assign(PyBytes_AS_STRING(encoded),
+                       static_cast<std::size_t>(PyBytes_GET_SIZE(encoded)));
+    Py_DECREF(encoded);
+    return true;
+  }
+};
+
+namespace {
+
+nb::str fs_str(const std::string& path) {
+  return nb::steal<nb::str>(
+      PyUnicode_DecodeFSDefaultAndSize(path.data(), static_cast<Py_ssize_t>(path.size())));
+}
 
 using Bytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 // A contiguous CPU torch tensor's bytes as (address, size, the tensor): its DLPack export
@@ -191,9 +244,13 @@ NB_MODULE(_core, m) {
       .def_rw("force_max_multiplier", &JudgeArguments::force_max_multiplier)
       .def_rw("magnitude_profile", &JudgeArguments::magnitude_profile)
       .def_rw("threads", &JudgeArguments::threads)
-      .def_rw("policy_path", &JudgeArguments::policy_path)
+      .def_prop_rw(
+          "policy_path", [](const JudgeArguments& a) { return fs_str(a.policy_path); },
+          [](JudgeArguments& a, const FsPath& p) { a.policy_path = p.bytes; })
       .def_rw("policy_json", &JudgeArguments::policy_json)
-      .def_rw("map_path", &JudgeArguments::map_path)
+      .def_prop_rw(
+          "map_path", [](const JudgeArguments& a) { return fs_str(a.map_path); },
+          [](JudgeArguments& a, const FsPath& p) { a.map_path = p.bytes; })
       .def_rw("map_json", &JudgeArguments::map_json)
       .def_rw("only", &JudgeArguments::only)
       .def_rw("shared_randomness", &JudgeArguments::shared_randomness)
@@ -236,13 +293,13 @@ NB_MODULE(_core, m) {
   nb::class_<PyTrace>(m, "Trace")
       .def_static(
           "open",
-          [](const std::string& path) {
-            return PyTrace{Trace::open(path), {}, {}};
+          [](const FsPath& path) {
+            return PyTrace{Trace::open(path.bytes), {}, {}};
           },
           "path"_a)
       .def_static("from_tensors", &trace_from_tensors, "label"_a, "tensors"_a,
                   "raw_metadata"_a = std::map<std::string, std::string>{})
-      .def_prop_ro("path", [](const PyTrace& t) { return t.trace.path(); })
+      .def_prop_ro("path", [](const PyTrace& t) { return fs_str(t.trace.path()); })
       .def_prop_ro("raw_metadata", [](const PyTrace& t) { return t.trace.raw_metadata(); })
       .def("__len__", [](const PyTrace& t) { return t.trace.entries().size(); })
       .def("entries", [](const PyTrace& t) {
@@ -284,9 +341,14 @@ NB_MODULE(_core, m) {
         return judge(ranks, ref.trace, truth ? &truth->trace : nullptr, options);
       },
       "test_ranks"_a, "ref"_a, "truth"_a.none(), "options"_a);
-  m.def("rank_trace_path", &rank_trace_path, "path"_a, "rank"_a,
-        "A rank's trace as numalign.distributed.save names it: run.safetensors -> "
-        "run.rank1.safetensors.");
+  m.def(
+      "rank_trace_path",
+      [](const FsPath& path, std::size_t rank) {
+        return fs_str(rank_trace_path(path.bytes, rank));
+      },
+      "path"_a, "rank"_a,
+      "A rank's trace as numalign.distributed.save names it: run.safetensors -> "
+      "run.rank1.safetensors.");
 
   m.def(
       "sensitivity",
@@ -325,11 +387,13 @@ NB_MODULE(_core, m) {
       "consistency_report",
       [](const std::vector<std::vector<PySummary>>& ranks,
          const std::vector<std::pair<std::string, RankDifference>>& measured,
-         const std::string& rule, std::vector<std::string> files) {
+         const std::string& rule, const std::vector<FsPath>& files) {
         std::vector<MeasuredDifference> found;
         for (const auto& [n, d] : measured) found.push_back({n, d});
+        std::vector<std::string> paths;
+        for (const auto& f : files) paths.push_back(f.bytes);
         return render_consistency_json(consistency_report(
-            summaries_of(ranks), found, parse_rule(rule, "rule"), std::move(files)));
+            summaries_of(ranks), found, parse_rule(rule, "rule"), std::move(paths)));
       },
       "summaries"_a, "measured"_a, "rule"_a, "files"_a);
 
@@ -358,16 +422,16 @@ NB_MODULE(_core, m) {
   nb::class_<TraceStreamWriter>(m, "TraceStreamWriter")
       .def(
           "__init__",
-          [](TraceStreamWriter* w, std::string path, std::uint64_t header_reserve,
+          [](TraceStreamWriter* w, FsPath path, std::uint64_t header_reserve,
              std::uint64_t reference_layout_below) {
             StreamOptions options;
             options.header_reserve = header_reserve;
             options.reference_layout_below = reference_layout_below;
-            new (w) TraceStreamWriter(std::move(path), options);
+            new (w) TraceStreamWriter(std::move(path.bytes), options);
           },
           "path"_a, "header_reserve"_a = StreamOptions{}.header_reserve,
           "reference_layout_below"_a = StreamOptions{}.reference_layout_below)
-      .def_prop_ro("path", &TraceStreamWriter::path)
+      .def_prop_ro("path", [](const TraceStreamWriter& w) { return fs_str(w.path()); })
       .def_prop_ro("written_once", &TraceStreamWriter::written_once)
       .def(
           "add",
@@ -388,22 +452,24 @@ NB_MODULE(_core, m) {
 
   m.def(
       "write_trace",
-      [](const std::string& path, const std::vector<std::tuple<std::string, PyTensor>>& tensors,
+      [](const FsPath& path, const std::vector<std::tuple<std::string, PyTensor>>& tensors,
          const std::optional<std::map<std::string, std::string>>& metadata) {
         std::vector<NamedTensor> named;
         for (const auto& [n, t] : tensors) named.push_back({n, to_view(t, n)});
         nb::gil_scoped_release release;
-        write_trace(path, named, metadata ? &*metadata : nullptr);
+        write_trace(path.bytes, named, metadata ? &*metadata : nullptr);
       },
       "path"_a, "tensors"_a, "metadata"_a = nb::none());
   m.def(
       "write_file",
-      [](const std::string& path, const std::string& text, const std::vector<std::string>& inputs) {
+      [](const FsPath& path, const std::string& text, const std::vector<FsPath>& inputs) {
+        std::vector<std::string> input_paths;
+        for (const auto& i : inputs) input_paths.push_back(i.bytes);
         nb::gil_scoped_release release;
-        refuse_output_over_input(path, inputs);
-        write_file_atomic(path, text);
+        refuse_output_over_input(path.bytes, input_paths);
+        write_file_atomic(path.bytes, text);
       },
-      "path"_a, "text"_a, "inputs"_a = std::vector<std::string>{},
+      "path"_a, "text"_a, "inputs"_a = nb::list(),
       "Writes text as the CLI's -o does: atomically (links followed, mode kept), or through\n"
       "a device, FIFO or '-' (stdout); refuses a path that is one of `inputs` (the same file\n"
       "through any path or link).");

@@ -104,6 +104,23 @@ TEST(AtomicFileTest, FailuresNameTheTarget) {
   EXPECT_EQ(files_in(dir), 1u);
 }
 
+// A path with a NUL would be cut there by the system and write another file: refused, and
+// nothing is written, as is an empty path.
+TEST(AtomicFileTest, APathWithANulOrNoNameIsRefused) {
+  TempDir dir;
+  for (const std::string& bad :
+       {dir.file("out.json") + std::string(1, '\0') + "x", std::string()}) {
+    try {
+      AtomicFile f(bad);
+      FAIL() << "opened " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(e.problem().find(bad.empty() ? "empty path" : "NUL byte"), std::string::npos)
+          << e.problem();
+    }
+  }
+  EXPECT_EQ(files_in(dir), 0u);
+}
+
 // ---- hostile targets (issue 20) ----
 
 mode_t mode_of(const std::string& path) {

@@ -132,3 +132,29 @@ def test_a_trace_truncated_while_loaded_raises_and_the_interpreter_survives(tmp_
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert r.stdout.split() == ["raised", "alive"], r.stdout
+
+
+def test_saving_a_trace_whose_file_shrank_names_that_file(tmp_path):
+    """Trace.save of a loaded trace copies from the mapping: when its file has since shrunk,
+    the error names that input (it named the output, "write failed: Bad address"), no copy
+    appears, and the interpreter lives on (issue 36, 18)."""
+    save_file({"a": torch.randn(1 << 20)}, tmp_path / "test.safetensors")
+    code = textwrap.dedent(f"""
+        import os, numalign
+        d = {str(tmp_path)!r}
+        t = numalign.Trace.load(d + "/test.safetensors")
+        os.truncate(d + "/test.safetensors", 4096)
+        try:
+            t.save(d + "/copy.safetensors")
+            print("saved")
+        except ValueError as e:
+            message = str(e)
+            assert message.startswith(d + "/test.safetensors: changed while being copied"), message
+            assert "copy.safetensors" in message, message
+            print("raised")
+        print("alive")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.split() == ["raised", "alive"], r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.safetensors"]

@@ -166,3 +166,64 @@ def test_json_reports_round_trip_nasty_names(tmp_path, exe):
     files = _traces(tmp_path, NASTY_XML)
     rc, out, err = run(exe, "judge", *files, "--format", "json")
     assert sorted(t["name"] for t in json.loads(out)["tensors"]) == sorted(NASTY_XML)
+
+
+def test_lone_surrogate_in_options_is_a_clear_error():
+    """Every text option that crosses to the core is checked like a tensor name: a lone
+    surrogate gets a ValueError naming the option, not the binding's TypeError (issue 36, 17)."""
+    t = torch.ones(4)
+    bad = "layer\udcff.*"
+    calls = [
+        ("only", lambda: numalign.judge({"a": t}, {"a": t}, rules="exact", only=bad)),
+        ("only", lambda: numalign.judge({"a": t}, {"a": t}, rules="exact", only=["a", bad])),
+        ("rules", lambda: numalign.judge({"a": t}, {"a": t}, rules={bad: "exact"})),
+        ("rules", lambda: numalign.judge({"a": t}, {"a": t}, rules={"a": ("ulp:4", bad)})),
+        ("rules", lambda: numalign.judge({"a": t}, {"a": t}, rules=[bad + "=exact"])),
+        ("shared_randomness", lambda: numalign.judge({"a": t}, {"a": t}, rules="exact",
+                                                     shared_randomness=bad)),
+    ]
+    for option, call in calls:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert option in str(e.value) and repr(bad)[1:-1] in str(e.value), str(e.value)
+        assert "UTF-8" in str(e.value)
+
+
+def test_paths_that_are_not_utf8_work_everywhere(tmp_path):
+    """A folder whose name is not UTF-8 (a byte Python holds as a lone surrogate) is a path
+    like any other: saved, loaded, judged, reported on, as str, bytes or pathlib (issue 36,
+    16)."""
+    import pathlib
+
+    folder = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"caf\xe9"))
+    os.mkdir(folder)
+    truth = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    runs = {}
+    for role, t in (("test", truth.float()), ("ref", truth.float()), ("truth", truth)):
+        runs[role] = os.path.join(folder, role + ".safetensors")
+        numalign.Trace({"y": t}).save(runs[role])
+    loaded = numalign.Trace.load(runs["test"])
+    assert torch.equal(loaded["y"], truth.float())
+    for kind in (str, os.fsencode, pathlib.Path):
+        assert numalign.judge(*(kind(runs[r]) for r in ("test", "ref", "truth"))).aligned
+    report = os.path.join(folder, "report.json")
+    numalign.trace.Trace.load(runs["ref"]).save(os.path.join(folder, "copy.safetensors"))
+    from numalign import _core
+    _core.write_file(report, "{}", [runs["test"]])
+    assert open(os.fsencode(report), "rb").read() == b"{}"
+    with pytest.raises(ValueError, match="refusing to overwrite an input"):
+        _core.write_file(runs["test"], "{}", [runs["test"]])
+    assert _core.rank_trace_path(runs["test"], 1) == runs["test"].replace(".safetensors",
+                                                                          ".rank1.safetensors")
+
+
+def test_a_nul_in_a_path_is_refused_not_cut(tmp_path):
+    """The system would read "a.safetensors\\0x" as "a.safetensors": a NUL is refused by name
+    wherever a path is opened or written."""
+    real = tmp_path / "a.safetensors"
+    numalign.Trace({"y": torch.ones(2)}).save(real)
+    with pytest.raises(ValueError, match="NUL byte"):
+        numalign.Trace.load(str(real) + "\0x")
+    with pytest.raises(ValueError, match="NUL byte"):
+        numalign.Trace({"y": torch.ones(2)}).save(str(tmp_path / "b.safetensors") + "\0x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors"]
