@@ -700,7 +700,9 @@ void Pairer::pair(const std::vector<std::string>& only) {
     const std::string& n = r->name;
     if (!selected_by(only, n)) continue;
     if (const auto c = claim_conflict_.find(n); c != claim_conflict_.end()) {
-      out_.triples.emplace_back(n, nullptr, &r->view).problem = map_.origin + ": " + c->second;
+      const TraceEntry* u = truth_ ? truth_->find(n) : nullptr;  // else "missing from truth"
+      out_.triples.emplace_back(n, nullptr, &r->view, u ? &u->view : nullptr).problem =
+          map_.origin + ": " + c->second;
       continue;
     }
     if (const auto m = mapped_.find(n); m != mapped_.end()) {

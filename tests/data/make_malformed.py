@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """make_malformed.py: writes the malformed-file corpus (tests/data/malformed/*.safetensors) and
-expected.json, the exact problem numalign reports for each. Run it after changing a message:
+expected.json, the exact problem numalign reports for each, and the same for map and policy
+files (tests/data/malformed_settings/). Run it after changing a message:
     python3 tests/data/make_malformed.py
 Both the C++ and the Python tests read the corpus; the trace fuzzer seeds from it."""
 import json
@@ -8,6 +9,7 @@ import struct
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "malformed"
+SETTINGS_OUT = Path(__file__).resolve().parent / "malformed_settings"
 F32X2 = '"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
 
 
@@ -80,6 +82,36 @@ PREFIXES = {
     "our_metadata_invalid_json": '__metadata__["numalign"] is not valid JSON: ',
 }
 
+TWICE = " is given twice (each key once: which one was meant?)"
+PAIR = '{"test": "fused", "ref": ["q", "k"], "cat_dim": 0}'
+# Map (--map) and policy (--policy) files: (option, text, the problem named after the path).
+SETTINGS = {
+    "map_key_twice.json": ("--map", '{"map": [{"test": "fused", "ref": ["q", "k"], "cat_dim": 5, '
+                           '"cat_dim": 0}]}', 'map entry 1: the key "cat_dim"' + TWICE),
+    "map_escaped_key_twice.json": ("--map", '{"map": [{"test": "fused", "ref": ["q", "k"], '
+                                   '"cat_dim": 0, "\\u0063at_dim": 1}]}',
+                                   'map entry 1: the key "cat_dim"' + TWICE),
+    "map_two_lists.json": ("--map", '{"map": [' + PAIR + '], "map": []}',
+                           'the map: the key "map"' + TWICE),
+    "map_ignore_reason_twice.json": ("--map", '{"map": [' + PAIR + '], "ignore": [{"ref": "x", '
+                                     '"reason": "a", "reason": "b"}]}',
+                                     'ignore 1: the key "reason"' + TWICE),
+    "policy_key_twice.json": ("--policy", '{"tol": 0.001, "tol": 0.5}',
+                              'the policy: the key "tol"' + TWICE),
+    "policy_override_key_twice.json": ("--policy", '{"overrides": [{"glob": "q", "rule": "ulp:1", '
+                                       '"rule": "exact", "reason": "r"}]}',
+                                       '"overrides"[0]: the key "rule"' + TWICE),
+}
+
+
+def write_settings():
+    SETTINGS_OUT.mkdir(parents=True, exist_ok=True)
+    expected = {}
+    for name, (option, text, message) in SETTINGS.items():
+        (SETTINGS_OUT / name).write_text(text)
+        expected[name] = {"option": option, "message": message}
+    (SETTINGS_OUT / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
+
 
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
@@ -88,7 +120,8 @@ def main():
         (OUT / f"{name}.safetensors").write_bytes(data)
         expected[f"{name}.safetensors"] = {"message": message} if message else {"prefix": PREFIXES[name]}
     (OUT / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {len(CASES)} malformed files to {OUT}")
+    write_settings()
+    print(f"wrote {len(CASES)} malformed files to {OUT} and {len(SETTINGS)} to {SETTINGS_OUT}")
 
 
 if __name__ == "__main__":
