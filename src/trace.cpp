@@ -20,6 +20,7 @@
 
 #include "fault_guard.hpp"
 #include "json.hpp"
+#include "json_keys.hpp"
 #include "name_index.hpp"
 #include "numalign/error.hpp"
 #include "page_populator.hpp"
@@ -231,16 +232,20 @@ void parse_entries(const simdjson::dom::object& root, std::uint32_t file, const 
       fail(label, tensor_named(key) + ": name has a NUL byte");
     simdjson::dom::object entry;
     if (field.value.get(entry)) fail(label, tensor_named(key) + ": entry is not an object");
-    // One pass over the entry's fields (the first of a repeated field counts).
+    // One pass over the entry's fields. A field given twice is refused, as the reference
+    // does (which dtype was meant?); other keys are ignored, repeated or not, as there.
     simdjson::dom::element fields[3];
     bool found[3] = {false, false, false};
     constexpr std::string_view kFields[3] = {"dtype", "shape", "data_offsets"};
     for (auto f : entry) {
       for (int i = 0; i < 3; ++i) {
-        if (!found[i] && f.key == kFields[i]) {
-          fields[i] = f.value;
-          found[i] = true;
+        if (f.key != kFields[i]) continue;
+        if (found[i]) {
+          fail(label,
+               tensor_named(key) + ": entry has the key \"" + std::string(kFields[i]) + "\" twice");
         }
+        fields[i] = f.value;
+        found[i] = true;
       }
     }
     for (int i = 0; i < 3; ++i) {
@@ -506,6 +511,7 @@ std::vector<std::string> shards_of_index(const std::string& path) {
   if (auto err = parser.parse(simdjson::padded_string(text)).get(doc)) {
     fail(path, std::string("index is not valid JSON: ") + simdjson::error_message(err));
   }
+  detail::refuse_repeated_keys_within(doc, path, "the index");
   simdjson::dom::object map;
   if (doc["weight_map"].get(map)) fail(path, "index has no \"weight_map\" object");
   const fs::path dir = fs::path(path).parent_path();
@@ -684,6 +690,7 @@ TraceMetadata TraceMetadata::from_json(std::string_view json, const std::string&
   }
   simdjson::dom::object root;
   if (doc.get(root)) fail(where, ctx + " is not a JSON object");
+  detail::refuse_repeated_keys_within(doc, where, ctx);
   TraceMetadata m;
   auto need_string = [&](simdjson::dom::element e, const std::string& what) {
     std::string_view s;

@@ -49,6 +49,23 @@ def test_an_index_cannot_reach_outside_its_folder(tmp_path):
             numalign.Trace.load(index)
 
 
+def test_an_index_names_each_key_once(tmp_path):
+    """Which shard holds w, and which weight_map counts? A repeated key is refused at any
+    level of the index, as in every JSON numalign reads (issue 36)."""
+    for name in "ab":
+        save_file({"w": torch.ones(2)}, tmp_path / f"{name}.safetensors")
+    index = tmp_path / "m.safetensors.index.json"
+    for text, where in (('{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}',
+                         'the index.weight_map: the key "w"'),
+                        ('{"weight_map": {"w": "a.safetensors"}, "weight_map": {}}',
+                         'the index: the key "weight_map"')):
+        index.write_text(text)
+        with pytest.raises(ValueError) as e:
+            numalign.Trace.load(index)
+        assert str(e.value) == (f"{index}: {where} is given twice (each key once: which one "
+                                "was meant?)")
+
+
 def test_save_follows_a_link_and_keeps_the_mode(tmp_path):
     real = tmp_path / "real.safetensors"
     save_file({"x": torch.zeros(2)}, real)
