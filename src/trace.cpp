@@ -577,6 +577,12 @@ Trace Trace::open(const std::string& path) {
   return t;
 }
 
+void Trace::copy_data(const TraceEntry& entry, std::byte* out) {
+  const std::size_t n = entry.view.nbytes();
+  if (n == 0) return;
+  detail::guarded([&] { std::memcpy(out, entry.view.data, n); });
+}
+
 void Trace::drop_index() { index_ = std::make_shared<detail::TraceIndex>(); }
 
 const TraceEntry* Trace::find(const std::string& name) const {

@@ -99,6 +99,10 @@ class Trace {
   const std::vector<std::string>& files() const { return file_paths_; }
   // The bytes of each mapped file (none for parse()): what judge maps ahead of the pass.
   std::vector<std::span<const std::byte>> mappings() const;
+  // Copies `entry`'s data (entry.view.nbytes() bytes) to `out`: when its file shrank since it
+  // was opened, an Error naming the file instead of a SIGBUS (a view of the mapping would
+  // fault wherever it is read later, in a caller's own code).
+  static void copy_data(const TraceEntry& entry, std::byte* out);
 
  private:
   // `mapped`: the bytes are a file mapping of ours, whose header pages may be dropped once

@@ -168,6 +168,11 @@ class Trace:
 
     def __len__(self) -> int: ...
 
+    def copy(self, name: str) -> Annotated[NDArray[numpy.uint8], dict(shape=(None,))]:
+        """
+        A copy of the tensor's bytes: a file that shrank since it was opened raises, naming it.
+        """
+
     def entries(self) -> list: ...
 
 def judge(test: Trace, ref: Trace, truth: Trace | None, options: JudgeOptions) -> Report: ...

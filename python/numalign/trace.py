@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Mapping
 
 from . import _core
@@ -14,8 +13,10 @@ METADATA_KEY = _core.METADATA_KEY  # our JSON's key inside the header's __metada
 
 class Trace(Mapping):
     """A mapping name -> tensor with ``metadata`` (role, dtype_recipe, device, versions, tf32,
-    seed, order, tags, fingerprints). ``Trace.load`` maps the file and builds tensors lazily,
-    without copying their data; such tensors are read-only views of the file."""
+    seed, order, tags, fingerprints). ``Trace.load`` maps the file and builds each tensor when
+    first asked for, as a copy of its data (as safetensors' ``get_tensor`` copies): a file that
+    shrinks afterwards cannot fault in the caller's code, and reading one that shrank raises
+    ValueError naming it. Judging or saving a loaded trace reads the mapping itself."""
 
     def __init__(self, tensors=None, metadata=None, extra_metadata=None):
         self._tensors = dict(flatten(tensors)) if tensors is not None else {}
@@ -50,12 +51,13 @@ class Trace(Mapping):
         return trace
 
     def _materialize(self, name):
-        code, shape, data = self._lazy[name]
+        """A tensor of its own, copied from the mapping as safetensors' get_tensor copies: a
+        view would fault (SIGBUS, the interpreter gone) wherever it is read once the file
+        shrinks; the copy raises ValueError naming the file instead."""
+        code, shape, _ = self._lazy[name]
         import torch
 
-        with warnings.catch_warnings():  # the mapping is read-only by design
-            warnings.simplefilter("ignore", UserWarning)
-            raw = torch.frombuffer(data, dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+        raw = torch.from_numpy(self._file.copy(name))
         return raw.view(torch_dtype(code)).reshape(shape)
 
     def __getitem__(self, name):

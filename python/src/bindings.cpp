@@ -302,6 +302,23 @@ NB_MODULE(_core, m) {
       .def_prop_ro("path", [](const PyTrace& t) { return fs_str(t.trace.path()); })
       .def_prop_ro("raw_metadata", [](const PyTrace& t) { return t.trace.raw_metadata(); })
       .def("__len__", [](const PyTrace& t) { return t.trace.entries().size(); })
+      .def(
+          "copy",
+          [](const PyTrace& t, const std::string& name) {
+            const TraceEntry* e = t.trace.find(name);
+            if (!e) throw nb::key_error(name.c_str());
+            const std::size_t n = e->view.nbytes();
+            auto* data = new std::uint8_t[n > 0 ? n : 1];
+            nb::capsule owner(data,
+                              [](void* p) noexcept { delete[] static_cast<std::uint8_t*>(p); });
+            {
+              nb::gil_scoped_release release;
+              Trace::copy_data(*e, reinterpret_cast<std::byte*>(data));
+            }
+            return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(data, {n}, owner);
+          },
+          "name"_a,
+          "A copy of the tensor's bytes: a file that shrank since it was opened raises, naming it.")
       .def("entries", [](const PyTrace& t) {
         // A capsule sharing the mapping (and the tensors held) owns the views, not the
         // Python object: torch never releases what a tensor alive at exit holds, and a Trace

@@ -175,3 +175,29 @@ def test_saving_a_trace_whose_file_shrank_names_that_file(tmp_path):
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert r.stdout.split() == ["raised", "alive"], r.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["test.safetensors"]
+
+
+def test_a_tensor_of_a_trace_whose_file_shrank_raises_instead_of_killing(tmp_path):
+    """A loaded trace's tensor read after its file shrank: ValueError naming the file, and the
+    interpreter lives on (a view of the mapping died of SIGBUS wherever torch read it); a
+    tensor taken before stays whole, as a copy."""
+    x = torch.randn(1 << 20)
+    save_file({"a": x, "b": x.clone()}, tmp_path / "test.safetensors")
+    code = textwrap.dedent(f"""
+        import os, torch, numalign
+        d = {str(tmp_path)!r}
+        t = numalign.Trace.load(d + "/test.safetensors")
+        a = t["a"]
+        before = float(a.sum())
+        os.truncate(d + "/test.safetensors", 4096)
+        print("kept" if float(a.sum()) == before else "changed")
+        try:
+            print(float(t["b"].sum()))
+        except ValueError as e:
+            assert str(e).startswith(d + "/test.safetensors: changed while being read"), str(e)
+            print("raised")
+        print("alive")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.split() == ["kept", "raised", "alive"], r.stdout
