@@ -24,14 +24,24 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
                                                      const Report& report) {
   // Untagged, no tensor has a kind: nothing to find (and a million names not to hash).
   if (ref.tags.empty()) return std::nullopt;
-  std::unordered_map<std::string_view, VerdictKind> verdict;
-  // An op that could not be paired (op sequences differ) is not judged: neither a
-  // divergence nor an input known to pass.
-  for (const auto& r : report.tensors)
-    if (!r.tags.count("unpaired")) verdict.emplace(r.name, r.verdict);
+  // Whether each tensor was judged (was_judged) and failed. An op that could not be paired
+  // (op sequences differ), a tensor that could not be judged or is missing from test, is no
+  // divergence, and as an input it is not known to pass either.
+  struct Seen {
+    bool judged, failed;
+  };
+  std::unordered_map<std::string_view, Seen> seen;
+  for (const auto& r : report.tensors) {
+    if (!r.tags.count("unpaired"))
+      seen.emplace(r.name, Seen{was_judged(r), r.verdict == VerdictKind::kFail});
+  }
   auto failed = [&](const std::string& n) {
-    const auto it = verdict.find(n);
-    return it != verdict.end() && it->second != VerdictKind::kPass;
+    const auto it = seen.find(n);
+    return it != seen.end() && it->second.judged && it->second.failed;
+  };
+  auto judged = [&](const std::string& n) {
+    const auto it = seen.find(n);
+    return it != seen.end() && it->second.judged;
   };
   // Forward: what modules received and produced (and, recorded op by op, what each op
   // produced); backward: the gradients they received and passed on (and each op's).
@@ -40,7 +50,7 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
                            bool& any) -> std::optional<DivergencePoint> {
     for (const auto& n : ref.order) {
       const std::string* k = tag(ref, n, "kind");
-      if (!k || std::find(kinds.begin(), kinds.end(), *k) == kinds.end() || !verdict.count(n))
+      if (!k || std::find(kinds.begin(), kinds.end(), *k) == kinds.end() || !seen.count(n))
         continue;
       any = true;
       if (!failed(n)) continue;
@@ -52,11 +62,12 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
       if (by) p.module = *by;
       if (const std::string* op = tag(ref, n, "op")) p.op = *op;
       if (const auto in = ref.inputs.find(n); in != ref.inputs.end()) {
-        // An input the judge never saw (not in the traces) cannot be called aligned.
+        // An input the judge never judged (not in the traces, or could not judge it) cannot
+        // be called aligned.
         bool known = true;
         for (const auto& i : in->second) {
           if (failed(i)) p.failing_inputs.push_back(i);
-          known = known && verdict.count(i);
+          known = known && judged(i);
         }
         if (!p.failing_inputs.empty())
           p.inputs_aligned = false;

@@ -42,7 +42,7 @@ bool precheck(const TensorTriple& t, TensorResult& r) {
   };
   if (!t.problem.empty()) return stop(VerdictKind::kError, t.problem);
   if (!t.failure.empty()) return stop(VerdictKind::kFail, t.failure);
-  if (!t.test) return stop(VerdictKind::kFail, "missing from test");
+  if (!t.test) return stop(VerdictKind::kFail, std::string(kMissingFromTest));
   if (t.test->dtype != t.ref->dtype) {
     return stop(VerdictKind::kFail, "dtype mismatch: test " + std::string(name(t.test->dtype)) +
                                         ", ref " + std::string(name(t.ref->dtype)));

@@ -17,6 +17,17 @@ namespace numalign {
 
 using detail::format_number;
 
+bool was_judged(const TensorResult& r) {
+  return r.verdict != VerdictKind::kError &&
+         !(r.verdict == VerdictKind::kFail && r.reason == kMissingFromTest);
+}
+
+std::size_t count_unjudged(const Report& report) {
+  return static_cast<std::size_t>(
+      std::count_if(report.tensors.begin(), report.tensors.end(),
+                    [](const TensorResult& r) { return !was_judged(r); }));
+}
+
 std::size_t Report::count(VerdictKind k) const {
   return static_cast<std::size_t>(std::count_if(
       tensors.begin(), tensors.end(), [k](const TensorResult& r) { return r.verdict == k; }));
@@ -237,13 +248,19 @@ namespace {
 
 // "first divergence, forward: layers.1.mlp.out (module layers.1.mlp): its inputs were
 // aligned, so the module itself is the first to go wrong"
-std::string divergence_line(const char* direction, const std::optional<DivergencePoint>& p) {
+std::string divergence_line(const char* direction, const std::optional<DivergencePoint>& p,
+                            std::size_t unjudged) {
   std::string line = std::string("first divergence, ") + direction + ": ";
+  if (!p && unjudged) {
+    return line + "none judged to fail (" + std::to_string(unjudged) +
+           " tensor(s) not judged: missing from test or could not be judged)\n";
+  }
   if (!p) return line + "none (every tensor passes)\n";
   line += printable(p->tensor) + " (module " +
           (p->module.empty() ? "(model)" : printable(p->module)) +
           (p->op.empty() ? "" : ", op " + printable(p->op)) + ")";
-  if (!p->inputs_aligned) return line + ": its inputs are not in the traces\n";
+  if (!p->inputs_aligned)
+    return line + ": its inputs were not all judged (not in the traces, or could not be judged)\n";
   if (*p->inputs_aligned)
     return line + ": its inputs pass, so this " + (p->op.empty() ? "module" : "op") +
            " is the culprit\n";
@@ -256,9 +273,9 @@ std::string divergence_line(const char* direction, const std::optional<Divergenc
 
 }  // namespace
 
-std::string divergence_text(const FirstDivergence& d) {
-  std::string text =
-      divergence_line("forward", d.forward) + divergence_line("backward", d.backward);
+std::string divergence_text(const FirstDivergence& d, std::size_t unjudged) {
+  std::string text = divergence_line("forward", d.forward, unjudged) +
+                     divergence_line("backward", d.backward, unjudged);
   // Backward computes from the forward pass's saved tensors: a module whose own inputs pass
   // backward may still be handed wrong saved activations by a forward culprit.
   if (d.forward && d.forward->inputs_aligned == true && d.backward) {
@@ -300,7 +317,9 @@ std::string render_text(const Report& report, bool verbose) {
   }
   if (!report.settings.empty()) out += "  settings: " + printable(report.settings) + "\n";
   out += "\n";
-  if (report.first_divergence) out += divergence_text(*report.first_divergence) + "\n";
+  if (report.first_divergence) {
+    out += divergence_text(*report.first_divergence, count_unjudged(report)) + "\n";
+  }
   constexpr std::size_t kName = 38;
   out += "verdict  " + fit("tensor", kName) + " " + fit("rule", 9) + pad_left("ratio", 10) +
          pad_left("limit", 8) + pad_left("max ulp", 9) + pad_left("diff %", 8) + "\n";

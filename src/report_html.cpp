@@ -765,7 +765,7 @@ std::string render_html(const Report& report) {
   }
   if (report.first_divergence) {
     s += "<h2>First divergence</h2>\n<div class=\"divergence\" id=\"first-divergence\">" +
-         escape(divergence_text(*report.first_divergence)) + "</div>\n";
+         escape(divergence_text(*report.first_divergence, count_unjudged(report))) + "</div>\n";
   }
   if (!report.warnings.empty()) {
     // A model's warnings can run to hundreds: past the first few, folded.

@@ -7,13 +7,14 @@
 
 namespace numalign {
 
-// The first failing (or unjudgeable) tensor in forward order (tensors tagged kind "input",
+// The first tensor judged to fail in forward order (tensors tagged kind "input",
 // "output" or "op") and in backward order (kind "grad-output", "grad", "param-grad",
 // "input-grad" or "op-grad"), with the module that
 // computed it (tag "producer" when there is one, else "module") and whether the tensors it
-// was computed from passed, and its tag "op" for an op's output (capture.trace_ops). Results
-// tagged "unpaired" (mark_unpaired_ops) count as not judged. Empty when the metadata records
-// no such tensors.
+// was computed from passed, and its tag "op" for an op's output (capture.trace_ops). A
+// tensor that could not be judged is never the divergence, and as an input leaves the question
+// open (inputs_aligned empty), as do results tagged "unpaired" (mark_unpaired_ops). Empty when
+// the metadata records no such tensors.
 std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
                                                      const Report& report);
 

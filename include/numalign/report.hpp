@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "numalign/error.hpp"
@@ -33,6 +34,15 @@ struct TensorResult {
   // The reference trace's tags of this tensor (module, kind, ...; "rank" once merged).
   std::map<std::string, std::string> tags;
 };
+
+// The reason of a tensor ref holds and test does not.
+inline constexpr std::string_view kMissingFromTest = "missing from test";
+
+// Whether the runs' values were compared (or found to be of another dtype or shape): false
+// for a tensor that could not be judged and for one missing from test, which fail unseen.
+bool was_judged(const TensorResult& r);
+struct Report;
+std::size_t count_unjudged(const Report& report);
 
 // Where a run first goes wrong, in one direction of execution (forward or backward).
 struct DivergencePoint {
@@ -104,7 +114,9 @@ const char* verdict_word(VerdictKind k);
 std::string render_text(const Report& report, bool verbose = false);
 // Two lines, forward and backward: the first failing tensor, its module, and whether its
 // inputs passed (the module is the culprit) or not (it inherited the error).
-std::string divergence_text(const FirstDivergence& d);
+// `unjudged`: how many of the report's tensors were not judged (was_judged): a direction where
+// nothing was judged to fail then says so, rather than "every tensor passes".
+std::string divergence_text(const FirstDivergence& d, std::size_t unjudged = 0);
 // The verdict line that ends the text report: "ALIGNED: 3 of 3 tensors pass".
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);

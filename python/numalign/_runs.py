@@ -86,14 +86,28 @@ def _as_args(inputs):
     return inputs if isinstance(inputs, (list, tuple, dict)) else (inputs,)
 
 
+def _cast_state_buffers(module, dtype, values_of=None):
+    """Floating buffers that are part of the model's state (persistent: saved with it, as
+    BatchNorm's running statistics are) cast with the parameters, as torch's ``Module.to``
+    casts them, and with ``values_of`` first rounded as a ``values_of`` run holds them.
+    Non-persistent buffers (constants a model derives when built, such as rotary
+    frequencies) keep their dtype, as ``from_pretrained(torch_dtype=...)`` leaves them."""
+    for m in module.modules():
+        for name, b in list(m._buffers.items()):
+            if (b is not None and b.is_floating_point()
+                    and name not in m._non_persistent_buffers_set):
+                setattr(m, name, _held_as(b, dtype, values_of))
+
+
 def _module_copy(module, dtype, device, float64_truth="keep", values_of=None):
-    """A deep copy of ``module`` with its floating parameters cast: the caller's model is
-    left untouched. Each parameter is cast straight from the original (the deep copy is
-    handed the cast one), so its data is copied once, not copied and then cast; tied
-    parameters stay tied. A float64 copy whose truth is kept float64 (``float64_truth``
-    "keep", see _precision.py) has its floating buffers cast to float64 too; with
-    ``values_of``, its parameters are those of a ``values_of`` run, widened (buffers stay in
-    their own dtype in every run, so widening them is already what such a run holds)."""
+    """A deep copy of ``module`` with its floating parameters and state buffers cast (see
+    _cast_state_buffers): the caller's model is left untouched. Each parameter is cast
+    straight from the original (the deep copy is handed the cast one), so its data is
+    copied once, not copied and then cast; tied parameters stay tied. A float64 copy whose
+    truth is kept float64 (``float64_truth`` "keep", see _precision.py) has its other
+    floating buffers cast to float64 too; with ``values_of``, its parameters and state
+    buffers are those of a ``values_of`` run, widened (other buffers keep their own dtype in
+    every run, so widening them is already what such a run holds)."""
     memo = {}
     for p in module.parameters():  # each shared parameter once
         if id(p) not in memo:
@@ -105,6 +119,7 @@ def _module_copy(module, dtype, device, float64_truth="keep", values_of=None):
             memo[id(p)] = torch.nn.Parameter(data, requires_grad=p.requires_grad)
     copied = copy.deepcopy(module, memo).to(device)
     copied.zero_grad(set_to_none=True)
+    _cast_state_buffers(copied, dtype, values_of)
     if dtype == torch.float64 and float64_truth == "keep":
         _precision.cast_buffers_to_float64(copied)
     return copied

@@ -88,7 +88,9 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
                 float64_truth: str = "keep", truth_of=None) -> Trace:
     """Runs ``fn(*inputs)`` (or ``fn(**inputs)`` for a dict) in ``dtype`` on ``device``, then
     backward with fixed upstream gradients; returns a Trace of ``out.*``, ``grad.input.*`` and
-    ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched.
+    ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched;
+    the copy's parameters and persistent floating buffers (BatchNorm's statistics) are cast to
+    ``dtype`` as ``Module.to`` casts them, non-persistent ones (rotary frequencies) kept.
     A float64 run is a truth and stays float64: with ``float64_truth="keep"`` casts down
     inside it (``.float()``, ``dtype=torch.float32``) compute in float64 and floating buffers
     are float64; ``"watch"`` runs the code as written. Either way the trace records where it

@@ -155,6 +155,28 @@ def _isolated_trace(model, calls, dtype, device, mode, values_of=None):
     return Trace(tensors, metadata=metadata)
 
 
+def _check_same_modules(model_test, calls, globs):
+    """Each module is rerun on the inputs ref's module at that path was handed: a test model
+    without a module at one of those paths (another implementation, its modules named or
+    fused otherwise) cannot be isolated there. Refused before any test run, naming them."""
+    test_paths = {p for p, _ in model_test.named_modules()}
+    called = sorted({path for path, *_ in calls.calls})
+    missing = [p for p in called if p not in test_paths]
+    if not missing:
+        return
+    shared = [p for p in called if p in test_paths]
+    first = ", ".join(repr(p) for p in missing[:3]) + (f" and {len(missing) - 3} more"
+                                                       if len(missing) > 3 else "")
+    hint = (f"select modules both have with modules=[globs] ({len(shared)} of the {len(called)} "
+            f"called are shared, e.g. {shared[0]!r})" if shared else
+            "the two models share no module path")
+    selected = "" if globs is None else f" selected by modules={globs!r}"
+    raise ValueError(
+        f"isolate reruns each module of model_ref{selected} on the inputs it was handed, in "
+        f"model_test's module at the same path; model_test has no module {first}: {hint}, or "
+        "judge whole-model traces with map= and read the report's first divergence")
+
+
 def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0, device="cpu",
             float64_truth: str = "keep", **judge_options) -> Report:
     """Judges every selected module (globs on module paths; default all) of ``model_test``
@@ -178,6 +200,7 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     # No fingerprints here: the three runs are made from one set of inputs, in this call.
     # The truth sees what the runs see: the inputs, parameters and gradients they hold.
     calls = _record_calls(model_ref, inputs, modules, device, float64_truth, seed, dtype)
+    _check_same_modules(model_test, calls, modules)
     runs = {role: _isolated_trace(model, calls, role_dtype, device, float64_truth, values_of)
             for role, model, role_dtype, values_of in (
                 ("truth", model_ref, torch.float64, dtype), ("ref", model_ref, dtype, None),

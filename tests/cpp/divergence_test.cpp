@@ -17,12 +17,15 @@ namespace {
 // named in `bad` differ between test and ref; everything else is equal.
 class DivergenceTest : public ::testing::Test {
  protected:
-  Report judge_run(const std::vector<std::string>& names, const std::vector<std::string>& bad) {
+  // Those named in `missing` are missing from test: they cannot be judged.
+  Report judge_run(const std::vector<std::string>& names, const std::vector<std::string>& bad,
+                   const std::vector<std::string>& missing = {}) {
     std::vector<TensorTriple> triples;
     for (const auto& n : names) {
       const bool differs = std::find(bad.begin(), bad.end(), n) != bad.end();
+      const bool absent = std::find(missing.begin(), missing.end(), n) != missing.end();
       const TensorView* r = view({1.0f, 2.0f, 3.0f});
-      const TensorView* t = view({1.0f, 2.0f, differs ? 4.0f : 3.0f});
+      const TensorView* t = absent ? nullptr : view({1.0f, 2.0f, differs ? 4.0f : 3.0f});
       triples.push_back({n, t, r, nullptr});
     }
     JudgeOptions o;
@@ -148,6 +151,41 @@ TEST_F(DivergenceTest, InputsMissingFromTheTracesLeaveTheQuestionOpen) {
   ASSERT_TRUE(d && d->forward);
   EXPECT_EQ(d->forward->tensor, "a.out");
   EXPECT_FALSE(d->forward->inputs_aligned.has_value());
+}
+
+// A tensor that could not be judged (missing from test, unmapped) is neither a divergence nor
+// an input known to pass: "culprit" only for a judged failure whose inputs were judged and
+// pass (issue 35, 6).
+TEST_F(DivergenceTest, ATensorNeverJudgedIsNeitherTheCulpritNorAnAlignedInput) {
+  const TraceMetadata m = chain();
+  Report r = judge_run(m.order, {"b.out"}, {"a.out"});
+  const auto a_out = std::find_if(r.tensors.begin(), r.tensors.end(),
+                                  [](const TensorResult& t) { return t.name == "a.out"; });
+  ASSERT_TRUE(a_out != r.tensors.end() && !was_judged(*a_out));
+  r.first_divergence = find_first_divergence(m, r);
+  ASSERT_TRUE(r.first_divergence && r.first_divergence->forward);
+  EXPECT_EQ(r.first_divergence->forward->tensor, "b.out");
+  EXPECT_FALSE(r.first_divergence->forward->inputs_aligned.has_value());
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("first divergence, forward: b.out (module b): its inputs were not all "
+                      "judged (not in the traces, or could not be judged)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("culprit"), std::string::npos) << text;
+}
+
+TEST_F(DivergenceTest, OnlyUnjudgedTensorsAreNoDivergenceAndSaySo) {
+  const TraceMetadata m = chain();
+  Report r = judge_run(m.order, {}, {"b.out"});
+  r.first_divergence = find_first_divergence(m, r);
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_FALSE(r.first_divergence->forward);
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("first divergence, forward: none judged to fail (1 tensor(s) not judged: "
+                      "missing from test or could not be judged)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("every tensor passes"), std::string::npos) << text;
 }
 
 TEST_F(DivergenceTest, NoModuleTagsMeansNoDivergenceSection) {

@@ -384,3 +384,22 @@ def test_demo_exits_1_when_the_result_is_not_the_promised_one(monkeypatch, capsy
     monkeypatch.setattr(demo, "CULPRIT", "model.layers.0.self_attn.k_proj")
     assert demo.main([]) == 1
     assert "NOT as promised" in capsys.readouterr().out
+
+
+def test_isolate_on_two_implementations_refuses_naming_the_modules_test_lacks():
+    """isolate reruns each of ref's modules in test's module at the same path: a fused port
+    has none at q_proj. A ValueError naming them and what to do (it was a bare KeyError)."""
+    from numalign.capture import isolate
+
+    hf = fused_llama.reference_llama()
+    fused = fused_llama.from_hf(hf)
+    x = fused_llama.example_inputs()
+    with pytest.raises(ValueError) as e:
+        isolate(fused, hf, x, torch.bfloat16, map=str(EXAMPLE / "map.json"))
+    message = str(e.value)
+    assert "model_test has no module 'model', 'model.embed_tokens'" in message, message
+    assert "e.g. 'lm_head'" in message and "modules=[globs]" in message and "map=" in message
+    # Restricted to modules both have, it runs, and the clean port is aligned there.
+    shared = isolate(fused, hf, x, torch.bfloat16, modules=["lm_head"])
+    assert shared.aligned, str(shared)
+    assert [r["module"] for r in shared.ranking] == ["lm_head"]
