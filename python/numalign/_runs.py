@@ -11,7 +11,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from . import _core, _precision
-from ._tensors import flatten, map_tensors
+from ._tensors import cache_tensor_names, flatten, map_tensors
 
 
 @contextlib.contextmanager
@@ -159,16 +159,35 @@ def watch_randomness(module, within=None):
                           if name not in before or not torch.equal(state, before[name])]
 
 
-def _forward_backward(call, args, seed, values_of=None):
+def upstream_recipe(caches_seeded: bool) -> str:
+    """The metadata's ``upstream_gradient``: the recipe, and whether a returned cache's tensors
+    seeded backward too (``caches_seed_backward``). A run whose caches seeded it started
+    backward differently from one without a cache, and the judge then says so rather than
+    compare their gradients; by default a cache seeds nothing, so a run with one and a run
+    without start alike."""
+    return UPSTREAM_GRADIENT + ("; a cache's tensors seed it too" if caches_seeded else "")
+
+
+def _forward_backward(call, args, seed, values_of=None, caches_seed_backward=False):
     """Runs forward, then backward with fixed upstream gradients (a truth's, ``values_of``, as
-    its runs hold them); returns {out name: tensor}."""
+    its runs hold them) on every floating output, except, unless ``caches_seed_backward``,
+    the tensors of a Hugging Face cache the model returns: state kept for the next tokens,
+    which a port without a cache does not have and no loss reads. Returns ({out name:
+    tensor}, whether a cache's tensors seeded backward)."""
     result = call(**args) if isinstance(args, dict) else call(*args)
-    outputs = {f"out.{k}" if k != "output" else "out": v for k, v in flatten(result).items()}
-    grads_for = [(n, o) for n, o in outputs.items() if isinstance(o, torch.Tensor) and o.requires_grad]
+
+    def named(k):
+        return f"out.{k}" if k != "output" else "out"
+
+    outputs = {named(k): v for k, v in flatten(result).items()}
+    in_caches = {named(k) for k in cache_tensor_names(result)}
+    held_back = set() if caches_seed_backward else in_caches
+    grads_for = [(n, o) for n, o in outputs.items()
+                 if isinstance(o, torch.Tensor) and o.requires_grad and n not in held_back]
     if grads_for:
         torch.autograd.backward([o for _, o in grads_for],
                                 [_upstream_grad(o, n, seed, values_of) for n, o in grads_for])
-    return outputs
+    return outputs, caches_seed_backward and bool(in_caches)
 
 
 def selected_modules(model, globs):

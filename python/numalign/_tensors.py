@@ -138,6 +138,20 @@ def _describe(path) -> str:
     return "".join(f"[{k!r}]" for k in path) or "the output itself"
 
 
+STATE_UPDATED_IN_PLACE = "state updated in place"
+
+
+def cache_tensor_names(obj) -> set:
+    """The names flatten(obj) gives the tensors held in Hugging Face caches within ``obj``
+    (``past_key_values.layers.0.keys``...): state a model fills as it goes, not its results."""
+    skipped: dict = {}
+    flatten(obj, skipped=skipped)
+    prefixes = [p for p, why in skipped.items() if why.endswith(STATE_UPDATED_IN_PLACE)]
+    if not prefixes:
+        return set()
+    return {n for n in flatten(obj) if any(n == p or n.startswith(p + ".") for p in prefixes)}
+
+
 def is_hf_cache(obj) -> bool:
     """A Hugging Face ``Cache`` (DynamicCache, StaticCache, EncoderDecoderCache...), known by
     its class rather than by importing transformers."""
@@ -178,7 +192,7 @@ def _flatten_into(obj, prefix, path, out, paths, skipped=None):
         _put(out, paths, prefix or "output", path, obj)
     elif is_hf_cache(obj):
         if skipped is not None:
-            skipped[prefix or "output"] = f"a {type(obj).__name__}: state updated in place"
+            skipped[prefix or "output"] = f"a {type(obj).__name__}: {STATE_UPDATED_IN_PLACE}"
         else:
             _flatten_cache(obj, prefix or "output", path, out, paths)
     elif isinstance(obj, Mapping):  # dict, OrderedDict, ModelOutput, Trace

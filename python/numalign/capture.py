@@ -10,8 +10,8 @@ import torch
 from . import _precision
 from ._module_hooks import ModuleRecorder, RecordingBudgetExceeded  # noqa: F401 (raised here)
 from ._op_hooks import OpRecorder
-from ._runs import (UPSTREAM_GRADIENT, _as_args, _cast, _forward_backward, _module_copy,
-                    check_truth_of, dtype_name, tf32_off, watch_randomness)
+from ._runs import (_as_args, _cast, _forward_backward, _module_copy, check_truth_of,
+                    dtype_name, tf32_off, upstream_recipe, watch_randomness)
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
@@ -52,7 +52,7 @@ def _end_grads(args, module):
 
 
 def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=None,
-              not_recorded=None, precision=None, truth_of=None):
+              not_recorded=None, precision=None, truth_of=None, caches_seeded=False):
     meta = {
         "dtype_recipe": dtype_name(dtype),
         "device": str(device),
@@ -60,7 +60,7 @@ def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=Non
         "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
                  "cudnn": torch.backends.cudnn.allow_tf32},
         "seed": seed,
-        "upstream_gradient": UPSTREAM_GRADIENT,
+        "upstream_gradient": upstream_recipe(caches_seeded),
         "order": order,
         "tags": tags,
         "fingerprints": fingerprints,
@@ -85,7 +85,8 @@ def _kind_of(name):
 
 
 def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
-                float64_truth: str = "keep", truth_of=None) -> Trace:
+                float64_truth: str = "keep", truth_of=None,
+                caches_seed_backward: bool = False) -> Trace:
     """Runs ``fn(*inputs)`` (or ``fn(**inputs)`` for a dict) in ``dtype`` on ``device``, then
     backward with fixed upstream gradients; returns a Trace of ``out.*``, ``grad.input.*`` and
     ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched;
@@ -99,26 +100,31 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
     computes on what those runs hold, its inputs, parameters and upstream gradient rounded to
     that dtype and widened exactly, so that the rounding they share is no part of the
     allowance; the judge warns when a truth for lower-precision runs was made without it. A
-    run in ``truth_of`` itself may be given it too (it changes nothing there)."""
+    run in ``truth_of`` itself may be given it too (it changes nothing there).
+    Every floating output seeds backward except the tensors of a Hugging Face cache the
+    model returns (state for the next tokens, which a port without a cache lacks and no loss
+    reads): ``caches_seed_backward=True`` seeds them too. Either way they are recorded."""
     truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
     call, module, args, fingerprints = _prepare(fn, inputs, dtype, device, float64_truth,
                                                 truth_of)
     with tf32_off():
         with watch_randomness(module) as random, _truth_watch(module, dtype, float64_truth) as precision:
-            outputs = _forward_backward(call, args, seed, truth_of)
+            outputs, caches_seeded = _forward_backward(call, args, seed, truth_of,
+                                                       caches_seed_backward)
         tensors = {n: o.detach() for n, o in outputs.items()}
         tensors.update(_end_grads(args, module))
         # Everything here is computed from the run's own inputs (the same in every run, as
         # their fingerprints check): a failing tensor makes the function itself the culprit.
         metadata = _metadata(dtype, device, seed, fingerprints, list(tensors),
                              {n: {"kind": _kind_of(n)} for n in tensors}, random,
-                             {n: [] for n in tensors}, precision=precision, truth_of=truth_of)
+                             {n: [] for n in tensors}, precision=precision, truth_of=truth_of,
+                             caches_seeded=caches_seeded)
     return Trace(tensors, metadata=metadata)
 
 
 def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=None,
                 device="cpu", float64_truth: str = "keep", memory_budget=None,
-                truth_of=None) -> Trace:
+                truth_of=None, caches_seed_backward: bool = False) -> Trace:
     """Runs ``model`` forward and backward like ``run_fwd_bwd`` and records every selected
     submodule on the way: its inputs (``PATH.in``), outputs (``PATH.out``), the gradients it
     passes upstream (``PATH.grad``) and those it received (``PATH.grad_out``); a module
@@ -131,7 +137,8 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     trace is held in memory up to ``memory_budget`` bytes (default half of the memory
     available when the call starts), past which it stops with RecordingBudgetExceeded
     rather than exhaust the machine. A float64 run stays float64 as in ``run_fwd_bwd``
-    (``float64_truth``), and computes on its runs' values with ``truth_of``."""
+    (``float64_truth``), and computes on its runs' values with ``truth_of``. A returned
+    cache seeds no gradient unless ``caches_seed_backward`` (as in ``run_fwd_bwd``)."""
     truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
@@ -139,18 +146,19 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
                                                 truth_of)
     recorder = ModuleRecorder(module, modules, save_to, memory_budget)
     return _record_run(recorder, contextlib.nullcontext(), call, module, args, fingerprints,
-                       dtype, device, seed, float64_truth, truth_of)
+                       dtype, device, seed, float64_truth, truth_of, caches_seed_backward)
 
 
 def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, seed,
-                float64_truth, truth_of) -> Trace:
+                float64_truth, truth_of, caches_seed_backward=False) -> Trace:
     """Runs forward and backward with ``recorder``'s hooks (and ``ops``, entered inside the
     truth's watch, so that it sees each op as the model called it) and returns the trace."""
     try:
         with tf32_off(), recorder.hooked():
             with watch_randomness(module) as random, \
                     _truth_watch(module, dtype, float64_truth) as precision, ops:
-                outputs = _forward_backward(call, args, seed, truth_of)
+                outputs, caches_seeded = _forward_backward(call, args, seed, truth_of,
+                                                           caches_seed_backward)
             # The model's own results and input gradients: computed by its code (outside
             # every submodule) from the run's inputs, the same in every run.
             for n, o in outputs.items():
@@ -161,7 +169,8 @@ def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, 
                     recorder.record(n, g, module="", kind="input-grad", inputs=[])
             recorder.record_param_grads({n: g for n, g in grads.items() if n.startswith("grad.param.")})
             metadata = _metadata(dtype, device, seed, fingerprints, recorder.order, recorder.tags,
-                                 random, recorder.inputs, recorder.skipped, precision, truth_of)
+                                 random, recorder.inputs, recorder.skipped, precision, truth_of,
+                                 caches_seeded)
     except BaseException:
         recorder.abort()
         raise
@@ -170,7 +179,7 @@ def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, 
 
 def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
               float64_truth: str = "keep", save_to=None, memory_budget=None,
-              truth_of=None) -> Trace:
+              truth_of=None, caches_seed_backward: bool = False) -> Trace:
     """Records what ``trace_model(..., modules=modules)`` records and, inside the selected
     modules, every ATen op's floating outputs, forward (``MODULE/aten.OP#k``, k its place
     in that module call's op sequence) and backward (``MODULE/grad/aten.OP#k``), each
@@ -195,4 +204,4 @@ def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
         recorder.abort()
         raise ValueError(f"trace_ops: no submodule of the model matches modules={modules!r}")
     return _record_run(recorder, recorder.ops(), call, module, args, fingerprints, dtype,
-                       device, seed, float64_truth, truth_of)
+                       device, seed, float64_truth, truth_of, caches_seed_backward)

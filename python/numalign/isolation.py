@@ -131,7 +131,7 @@ def _record_calls(model, inputs, globs, device, mode, seed, values_of=None):
     handles = calls.hooks()
     try:
         with tf32_off(), _precision.float64_truth(copied, mode):
-            _forward_backward(copied, args, seed, values_of)
+            _forward_backward(copied, args, seed, values_of)  # caches seed no gradient
     finally:
         for h in handles:
             h.remove()

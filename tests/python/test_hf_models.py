@@ -241,3 +241,25 @@ def test_a_bert_left_in_training_mode_cannot_be_judged_even_without_its_metadata
     report = numalign.judge(test, ref, truth)
     assert report.exit_code == 2, str(report)
     assert any(why.startswith("ref is far from the truth in") for why in report.could_not_judge)
+
+
+def test_a_port_without_a_cache_is_aligned_with_a_reference_that_returns_one():
+    """HF returns a KV cache by default. A cache is state for the next tokens, not a result:
+    it seeds no gradient (it seeded one per key and value, and a correct port without a
+    cache then failed 44 gradients, issue 35, 1). Gradient checkpointing turns the cache off
+    in one run only: the same case. With caches_seed_backward=True they seed it, and the
+    judge refuses to compare those gradients with a run that had no cache."""
+    x = inputs()
+    no_cache = {**x, "use_cache": False}
+    ignore = {"map": [], "ignore": [{"ref": "out.cache.*", "reason": "the port keeps no cache"}]}
+    test = quiet(trace_model, llama(), no_cache, torch.bfloat16)
+    ref = quiet(trace_model, llama(), x, torch.bfloat16)
+    truth = quiet(trace_model, llama(), x, torch.float64, truth_of=torch.bfloat16)
+    assert "out.cache.layers.0.keys" in ref and not any(n.startswith("out.cache") for n in test)
+    report = numalign.judge(test, ref, truth, map=ignore)
+    assert report.aligned, str(report)
+    assert ref.metadata["upstream_gradient"] == test.metadata["upstream_gradient"]
+    seeded = quiet(trace_model, llama(), x, torch.bfloat16, caches_seed_backward=True)
+    assert seeded.metadata["upstream_gradient"].endswith("a cache's tensors seed it too")
+    refused = numalign.judge(test, seeded, truth, map=ignore)
+    assert any("different upstream gradients" in why for why in refused.could_not_judge)
