@@ -33,6 +33,28 @@ std::string settings_of(const JudgeOptions& o) {
   return s;
 }
 
+// One line for a cause that concerns `tensors` ((index, detail), in order): "NAME: CAUSE
+// (DETAIL)" for one, else "CAUSE: N tensors: NAME (DETAIL), ... and M more" (the first three).
+template <class NameOf>
+std::string grouped_warning(const std::string& cause,
+                            const std::vector<std::pair<std::size_t, std::string>>& tensors,
+                            NameOf name_of) {
+  auto one = [&](const std::pair<std::size_t, std::string>& t) {
+    return name_of(t.first) + (t.second.empty() ? "" : " (" + t.second + ")");
+  };
+  if (tensors.size() == 1) {
+    const auto& [k, detail] = tensors.front();
+    return name_of(k) + ": " + cause + (detail.empty() ? "" : " (" + detail + ")");
+  }
+  constexpr std::size_t kShown = 3;
+  std::string line = cause + ": " + std::to_string(tensors.size()) + " tensors: ";
+  for (std::size_t i = 0; i < tensors.size() && i < kShown; ++i) {
+    line += (i ? ", " : "") + one(tensors[i]);
+  }
+  if (tensors.size() > kShown) line += " and " + std::to_string(tensors.size() - kShown) + " more";
+  return line;
+}
+
 // A problem found before any metric: returns true and fills `r` when it cannot go further.
 bool precheck(const TensorTriple& t, TensorResult& r) {
   auto stop = [&](VerdictKind k, std::string why) {
@@ -210,7 +232,7 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
   // verdict's reason costs about as much as the pass over its data. Each verdict goes
   // straight into its result; the few warnings wait to be added in order.
   std::mutex warned;
-  std::vector<std::pair<std::size_t, std::vector<std::string>>> rule_warnings;
+  std::vector<std::pair<std::size_t, std::vector<TensorWarning>>> rule_warnings;
   detail::parallel_for(inputs.size(), detail::resolve_threads(options.threads), [&](std::size_t k) {
     Verdict v = evaluate(choices[input_of[k]], *inputs[k].test, *inputs[k].ref, inputs[k].truth,
                          metrics_of(k), options);
@@ -237,13 +259,29 @@ static Report judge_pairs(const std::vector<TensorTriple>& tensors, const JudgeO
                               " in " + results[input_of[first_not_f64]].name +
                               "): the measured and same rules cannot judge against it");
   };
+  // One line per cause, in the order of its first tensor: one biased bug upstream makes
+  // every tensor after it biased, and a line each would bury the other warnings.
+  struct Cause {
+    std::size_t first;
+    std::vector<std::pair<std::size_t, std::string>> tensors;  // (k, detail)
+  };
+  std::vector<std::pair<std::string, Cause>> causes;
+  for (auto& [k, warnings] : rule_warnings) {
+    for (auto& w : warnings) {
+      auto it = std::find_if(causes.begin(), causes.end(),
+                             [&](const auto& c) { return c.first == w.cause; });
+      if (it == causes.end()) it = causes.insert(causes.end(), {w.cause, Cause{k, {}}});
+      it->second.tensors.emplace_back(k, std::move(w.detail));
+    }
+  }
   bool warned_not_f64 = not_f64 == inputs.end();
-  for (const auto& [k, warnings] : rule_warnings) {
-    if (!warned_not_f64 && k > first_not_f64) {
+  for (const auto& [cause, c] : causes) {
+    if (!warned_not_f64 && c.first > first_not_f64) {
       warn_not_f64();
       warned_not_f64 = true;
     }
-    for (const auto& w : warnings) report.warnings.push_back(results[input_of[k]].name + ": " + w);
+    report.warnings.push_back(grouped_warning(
+        cause, c.tensors, [&](std::size_t k) { return results[input_of[k]].name; }));
   }
   if (!warned_not_f64) warn_not_f64();
   bool all_identical = !inputs.empty();
@@ -502,13 +540,18 @@ std::string title_of(const Trace& test, const Trace& ref, const Trace* truth) {
 
 // Why no tensor of ref was judged ("" when some was): a judgement of nothing is no pass.
 std::string nothing_judged(const Trace& ref, const std::vector<TensorTriple>& triples,
-                           const std::vector<std::string>& only) {
+                           const JudgeOptions& options) {
   for (const auto& t : triples) {
     if (t.ref) return "";
   }
   if (ref.entries().empty()) return "nothing was judged: ref holds no tensors";
+  const std::string map = options.map ? options.map->origin : "";
+  if (options.only.empty()) {  // only a map leaves out tensors of ref without --only
+    return "nothing was judged: " + map + " ignores every tensor of ref";
+  }
   return "nothing was judged: no tensor of ref matches only / --only (" +
-         detail::joined(only, ", ") + ")";
+         detail::joined(options.only, ", ") + ")" +
+         (map.empty() ? "" : " that " + map + " does not ignore");
 }
 
 // Appends the items of `more` that `to` does not hold yet, in order.
@@ -645,7 +688,7 @@ Report judge(const std::vector<const Trace*>& test_ranks, const Trace& ref, cons
   if (truth) {
     for (const auto& t : pairing.triples) missing_truth += t.ref && !t.truth;
   }
-  const std::string why_nothing = nothing_judged(ref, pairing.triples, options.only);
+  const std::string why_nothing = nothing_judged(ref, pairing.triples, options);
   std::vector<std::span<const std::byte>> mapped;
   std::vector<const Trace*> runs = test_ranks;
   runs.push_back(&ref);

@@ -311,10 +311,11 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
     return v;
   }
   if (std::isnan(m.baseline)) {
-    v.warnings.push_back(m.ref_nonfinite.nan > 0
-                             ? "found NaN in reference: run it in higher precision"
-                             : "RMSE of ref against truth is NaN: ref and truth hold Inf at the "
-                               "same element (Inf - Inf), so the allowance is undefined");
+    v.warnings.push_back({m.ref_nonfinite.nan > 0
+                              ? "found NaN in reference: run it in higher precision"
+                              : "RMSE of ref against truth is NaN: ref and truth hold Inf at the "
+                                "same element (Inf - Inf), so the allowance is undefined",
+                          ""});
   }
   const double bound = multiplier * m.baseline + o.tol / 10.0;
   bool pass = m.error <= bound;
@@ -327,8 +328,9 @@ Verdict evaluate_rmse(const Rule& rule, const TensorView& test, const TensorView
         multiplier, o.tol);
   if (!pass && o.equal_nan && std::isnan(m.error) && std::isnan(m.baseline)) pass = true;
   if (m.baseline == 0 && m.error >= 0) {
-    v.warnings.push_back("baseline RMSE is 0 (ref equals truth): the allowance is only tol/10 = " +
-                         format_number(o.tol / 10.0));
+    v.warnings.push_back({"baseline RMSE is 0 (ref equals truth): the allowance is only tol/10 = " +
+                              format_number(o.tol / 10.0),
+                          ""});
   }
   if (pass) {
     v.reason = "error " + format_number(m.error) + " <= " + format_number(multiplier) +
@@ -597,8 +599,9 @@ Verdict evaluate(const RuleChoice& choice, const TensorView& test, const TensorV
       v.reason = "biased: error balance " + format_number(m.eb_test) + " (ref " +
                  format_number(m.eb_ref) + "); " + v.reason;
     } else if (!o.check_bias) {
-      v.warnings.push_back("error balance " + format_number(m.eb_test) + " against ref's " +
-                           format_number(m.eb_ref) + ": --check-bias would fail it");
+      v.warnings.push_back({"biased in sign where ref is not: --check-bias would fail it",
+                            "error balance " + format_number(m.eb_test) + " against ref's " +
+                                format_number(m.eb_ref)});
     }
   }
   return v;

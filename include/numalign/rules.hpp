@@ -111,13 +111,21 @@ double rmse_multiplier(DType dtype, const Shape& shape, double tol, bool larger_
 
 enum class VerdictKind { kPass, kFail, kError };
 
+// A warning about one tensor: its cause, in the same words for every tensor it concerns (a
+// report gives each cause one line, with a count and the first few names), and what this
+// tensor shows ("" when nothing more).
+struct TensorWarning {
+  std::string cause;
+  std::string detail;
+};
+
 struct Verdict {
   VerdictKind kind = VerdictKind::kPass;
   std::string reason;           // why it failed or could not be judged; how it passed
   std::optional<double> ratio;  // the rule's measure (same: error / baseline)
   std::optional<double> limit;  // its bound (same: the multiplier)
   bool bias_failed = false;     // the bias check would fail (a warning unless check_bias)
-  std::vector<std::string> warnings;
+  std::vector<TensorWarning> warnings;
 };
 
 // The rule that applies to a tensor and, when an override chose it, that override.

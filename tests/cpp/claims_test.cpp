@@ -157,6 +157,42 @@ TEST(AllreduceClaimsTest, TruncationFailsTheDefaultRuleAndSameOnlyWithTheBiasChe
   }
 }
 
+// One biased kernel upstream makes every tensor after it biased: the report gives the cause
+// one line, with a count and the first three names (it gave a line per tensor: 71 for one
+// eps change, issue 35, 8); a single tensor keeps its own line.
+TEST(AllreduceClaimsTest, ManyBiasedTensorsAreOneWarningLine) {
+  std::vector<Buffer> buffers;
+  std::vector<TensorView> views;
+  std::vector<TensorTriple> triples;
+  constexpr int kTensors = 5;
+  for (int i = 0; i < kTensors; ++i) {
+    const AllreduceCase c(4, 4096, 1.0, 40 + i);
+    buffers.push_back(c.run(AllreduceVariant::kTruncating));
+    buffers.push_back(c.run(AllreduceVariant::kUnfused));
+    buffers.push_back(c.truth());
+  }
+  views.reserve(buffers.size());
+  for (const Buffer& b : buffers) views.push_back(b.view());
+  for (int i = 0; i < kTensors; ++i) {
+    triples.push_back(
+        {"layer" + std::to_string(i), &views[3 * i], &views[3 * i + 1], &views[3 * i + 2]});
+  }
+  const std::string cause = "biased in sign where ref is not: --check-bias would fail it";
+  const Report many = judge_tensors(triples, with_rule("same"));
+  ASSERT_TRUE(many.aligned());
+  ASSERT_EQ(many.warnings.size(), 1u) << many.warnings.front();
+  const std::string& line = many.warnings.front();
+  EXPECT_EQ(line.rfind(cause + ": 5 tensors: layer0 (error balance ", 0), 0u) << line;
+  EXPECT_NE(line.find("), layer1 (error balance "), std::string::npos) << line;
+  EXPECT_EQ(line.find("layer3"), std::string::npos) << line;
+  EXPECT_TRUE(line.ends_with(" and 2 more")) << line;
+  triples.resize(1);
+  const Report one = judge_tensors(triples, with_rule("same"));
+  ASSERT_EQ(one.warnings.size(), 1u);
+  EXPECT_EQ(one.warnings.front().rfind("layer0: " + cause + " (error balance ", 0), 0u)
+      << one.warnings.front();
+}
+
 TEST(GtestMacrosTest, AlignedSpansPassAndMisalignedOnesPrintTheReport) {
   const MatmulCase mm(32, 128, 32, DType::F32, 4);
   const Buffer truth = mm.truth(), ref = mm.run(MatmulVariant::kReference);

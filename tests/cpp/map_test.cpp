@@ -371,6 +371,30 @@ TEST_F(FusedProjectionTest, ARefNamedTwiceInOneEntryCannotBeJudged) {
   }
 }
 
+// A map that ignores every tensor of ref judges nothing, and says so in its own words: it
+// blamed only / --only when none was given (issue 35, 8).
+TEST_F(FusedProjectionTest, AMapThatIgnoresEverythingSaysSo) {
+  const Trace test = run({{"blocks.0.attention.qkv.out", fused(0)}});
+  const Trace ref = separate(DType::F32, ref_), truth = separate(DType::F64, truth_);
+  const Report r =
+      judge(test, ref, &truth, with_map(R"({"map": [], "ignore": [{"ref": "*", "reason": "r"},
+                                      {"test": "*", "reason": "r"}]})"));
+  EXPECT_EQ(r.exit_code(), kCouldNotJudge);
+  EXPECT_NE(std::find(r.could_not_judge.begin(), r.could_not_judge.end(),
+                      "nothing was judged: map.json ignores every tensor of ref"),
+            r.could_not_judge.end())
+      << render_text(r);
+  JudgeOptions only = with_map(R"({"map": [], "ignore": [{"ref": "*", "reason": "r"},
+                                   {"test": "*", "reason": "r"}]})");
+  only.only = {"*q_proj*"};
+  const Report o = judge(test, ref, &truth, only);
+  EXPECT_NE(std::find(o.could_not_judge.begin(), o.could_not_judge.end(),
+                      "nothing was judged: no tensor of ref matches only / --only (*q_proj*) "
+                      "that map.json does not ignore"),
+            o.could_not_judge.end())
+      << render_text(o);
+}
+
 TEST_F(FusedProjectionTest, ARefTensorNobodyMapsCannotBeJudged) {
   const Trace test = run({{"blocks.0.attention.qkv.out", fused(0)}});
   std::vector<std::pair<std::string, Buffer>> more;
