@@ -271,7 +271,8 @@ TEST_F(InMemoryRunTest, RuleWarningsComeInTheTensorsOrder) {
   for (int repeat = 0; repeat < 20; ++repeat) {
     const Report report = judge(t, r, &u, o);
     // a and c: ref equals truth (baseline 0), one line; b, d: a float32 truth, warned of
-    // once, at b, after the line whose first tensor (a) comes before it.
+    // once, at b, after the line whose first tensor (a) precedes it. All four are biased, but
+    // they fail: "--check-bias would fail it" would add nothing.
     ASSERT_EQ(report.warnings.size(), 2u) << testing::PrintToString(report.warnings);
     EXPECT_TRUE(report.warnings[0].starts_with("baseline RMSE is 0 (ref equals truth)"));
     EXPECT_TRUE(report.warnings[0].ends_with(": 2 tensors: a, c")) << report.warnings[0];
