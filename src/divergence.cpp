@@ -91,15 +91,22 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
 
 namespace {
 
-// How wrong a tensor is for the ranking: could-not-judge first, then ratio / limit (the
-// ratio itself where the limit is 0, as for exact), passes without a ratio last.
+// How wrong a tensor is for the ranking: could-not-judge and failures without a ratio
+// (missing from test, another shape) first, then ratio / limit (the ratio itself where the
+// limit is 0, as for exact), passes without a ratio last.
 double ranking_severity(const TensorResult& r) {
-  if (r.verdict == VerdictKind::kError) return std::numeric_limits<double>::infinity();
+  if (r.verdict != VerdictKind::kPass && !r.ratio) return std::numeric_limits<double>::infinity();
   if (!r.ratio) return 0.0;
   return r.limit && *r.limit != 0 ? *r.ratio / *r.limit : *r.ratio;
 }
 
 }  // namespace
+
+bool module_inside(std::string_view inner, std::string_view outer) {
+  if (inner == outer) return false;
+  if (outer.empty()) return true;  // the model holds every module
+  return inner.size() > outer.size() && inner.starts_with(outer) && inner[outer.size()] == '.';
+}
 
 std::vector<ModuleRank> rank_modules(const Report& report) {
   struct Entry {
@@ -123,11 +130,30 @@ std::vector<ModuleRank> rank_modules(const Report& report) {
       e.rank.limit = r.limit;
     }
   }
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.severity > b.severity; });
+  // A parent runs its children: when one of them fails, the parent's failure may be only
+  // theirs, however larger its ratio. Failing modules first, the innermost (no failing module
+  // inside) ahead of those that hold one, each group worst first.
+  std::vector<bool> holds_failing(entries.size(), false);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].rank.aligned) continue;
+    for (const Entry& inner : entries) {
+      if (!inner.rank.aligned && module_inside(inner.rank.module, entries[i].rank.module)) {
+        holds_failing[i] = true;
+        break;
+      }
+    }
+  }
+  std::vector<std::size_t> order(entries.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const Entry &x = entries[a], &y = entries[b];
+    if (x.rank.aligned != y.rank.aligned) return !x.rank.aligned;
+    if (holds_failing[a] != holds_failing[b]) return !holds_failing[a];
+    return x.severity > y.severity;
+  });
   std::vector<ModuleRank> ranked;
   ranked.reserve(entries.size());
-  for (auto& e : entries) ranked.push_back(std::move(e.rank));
+  for (const std::size_t i : order) ranked.push_back(std::move(entries[i].rank));
   return ranked;
 }
 

@@ -10,6 +10,7 @@
 #include "background_appender.hpp"
 #include "format.hpp"
 #include "json.hpp"
+#include "numalign/divergence.hpp"
 #include "numalign/text.hpp"
 #include "parallel.hpp"
 
@@ -286,14 +287,34 @@ std::string divergence_text(const FirstDivergence& d, std::size_t unjudged) {
   return text;
 }
 
-// "modules in isolation ...": the ranking, worst first, ahead of everything else.
-std::string ranking_text(const std::vector<ModuleRank>& ranking) {
+// "modules in isolation ...": the ranking, worst first, ahead of everything else. A worst
+// tensor without a ratio (missing from test, could not judge) says why; a failing module that
+// holds a failing one names it.
+std::string ranking_text(const Report& report) {
+  const std::vector<ModuleRank>& ranking = report.ranking;
   std::string out = "modules in isolation (each on the truth's inputs), worst first:\n";
   for (std::size_t i = 0; i < ranking.size(); ++i) {
     const ModuleRank& m = ranking[i];
     out += pad_left(std::to_string(i + 1), 5) + ". " + fit(m.aligned ? "pass" : "FAIL", 4) + "  " +
-           (m.module.empty() ? "(model)" : printable(m.module)) + "  ratio " + opt_number(m.ratio) +
-           " / limit " + opt_number(m.limit) + "  (" + printable(m.tensor) + ")\n";
+           (m.module.empty() ? "(model)" : printable(m.module));
+    std::string why = printable(m.tensor);
+    if (m.ratio) {
+      out += "  ratio " + opt_number(m.ratio) + " / limit " + opt_number(m.limit);
+    } else if (const auto t =
+                   std::find_if(report.tensors.begin(), report.tensors.end(),
+                                [&](const TensorResult& r) { return r.name == m.tensor; });
+               t != report.tensors.end() && t->verdict != VerdictKind::kPass) {
+      why += ": " + printable(t->reason);
+    }
+    if (!m.aligned) {
+      for (const ModuleRank& inner : ranking) {
+        if (!inner.aligned && module_inside(inner.module, m.module)) {
+          why += "; a module inside it fails: " + printable(inner.module);
+          break;
+        }
+      }
+    }
+    out += "  (" + why + ")\n";
   }
   return out + "\n";
 }
@@ -307,7 +328,7 @@ std::string render_text(const Report& report, bool verbose) {
   }
   if (report.first_failing)
     out += "first tensor that differs: " + printable(*report.first_failing) + "\n\n";
-  if (!report.ranking.empty()) out += ranking_text(report.ranking);
+  if (!report.ranking.empty()) out += ranking_text(report);
   out += "numalign judge\n";
   std::size_t start = 0;
   while (start < report.title.size()) {  // one line per trace

@@ -2,6 +2,8 @@
 // modules and inputs its reference trace records.
 #pragma once
 
+#include <string_view>
+
 #include "numalign/report.hpp"
 #include "numalign/trace.hpp"
 
@@ -18,9 +20,16 @@ namespace numalign {
 std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
                                                      const Report& report);
 
-// Modules by their own worst ratio / limit (could-not-judge first), from each tensor's
-// "module" tag: for runs where every module ran on the truth's inputs (isolation).
+// Modules by their own worst ratio / limit (could-not-judge and failures without a ratio
+// first), from each tensor's "module" tag: for runs where every module ran on the truth's
+// inputs (isolation). Failing modules come first, and among them the innermost: a module
+// holding a failing module ranks after every module that holds none, whatever its ratio (a
+// parent runs its children, so their bug is its failure too).
 std::vector<ModuleRank> rank_modules(const Report& report);
+
+// Whether module path `inner` lies inside `outer` ("a.b.c" in "a.b"; every module in "", the
+// model itself).
+bool module_inside(std::string_view inner, std::string_view outer);
 
 // The first tensor in execution order whose verdict is not pass; empty when all pass.
 std::optional<std::string> first_failing(const Report& report);

@@ -314,6 +314,49 @@ TEST_F(InMemoryRunTest, PairsWarnsTagsAndTitlesNothing) {
   EXPECT_THROW(run({{"a", &one}, {"a", &one}}), Error);
 }
 
+// A parent runs its children: with a bug in one, the parent fails too, often by more. The
+// innermost failing module comes first; a module whose tensor is missing from test ranks as
+// failing without a ratio and says why, not "ratio 1 / limit 3" (issue 35, 7).
+TEST_F(InMemoryRunTest, IsolationRanksTheInnermostFailingModuleFirstAndSaysWhatFailed) {
+  const Buffer& ref = values(DType::F32, {1, 2, 3, 4});
+  const Buffer& off = values(DType::F32, {1, 2, 3, 6});
+  const Buffer& further = values(DType::F32, {1, 2, 3, 9});
+  TraceMetadata meta;
+  meta.order = {"layers.1.self_attn.out", "layers.1.out", "layers.1.mlp.out", "head.out",
+                "head.grad"};
+  for (const auto& n : meta.order) {
+    meta.tags[n] = {{"module", n.substr(0, n.rfind('.'))}, {"kind", "output"}};
+  }
+  const Trace t = run({{"layers.1.self_attn.out", &off},
+                       {"layers.1.out", &further},
+                       {"layers.1.mlp.out", &ref},
+                       {"head.out", &ref}});
+  const Trace r = run({{"layers.1.self_attn.out", &ref},
+                       {"layers.1.out", &ref},
+                       {"layers.1.mlp.out", &ref},
+                       {"head.out", &ref},
+                       {"head.grad", &ref}},
+                      meta);
+  JudgeOptions o;
+  o.default_rule = parse_rule("abs:1");
+  o.sections.module_ranking = true;
+  const Report report = judge(t, r, nullptr, o);
+  ASSERT_EQ(report.ranking.size(), 4u);
+  EXPECT_EQ(report.ranking[0].module, "head");  // head.grad is missing from test
+  EXPECT_FALSE(report.ranking[0].aligned);
+  EXPECT_EQ(report.ranking[0].tensor, "head.grad");
+  EXPECT_EQ(report.ranking[1].module, "layers.1.self_attn");  // ratio 2, inside layers.1
+  EXPECT_EQ(report.ranking[2].module, "layers.1");            // ratio 5, but a child fails
+  EXPECT_EQ(report.ranking[3].module, "layers.1.mlp");
+  const std::string text = render_text(report);
+  EXPECT_NE(text.find("    1. FAIL  head  (head.grad: missing from test)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("    3. FAIL  layers.1  ratio 5 / limit 1  (layers.1.out; a module inside "
+                      "it fails: layers.1.self_attn)"),
+            std::string::npos)
+      << text;
+}
+
 TEST_F(InMemoryRunTest, IsolatedModulesAreRankedWorstFirstWithoutAFirstDivergence) {
   const Buffer& ref = values(DType::F32, {1, 2, 3, 4});
   const Buffer& close = values(DType::F32, {1, 2, 3, 4.5});
