@@ -1,4 +1,4 @@
-// main.cpp: the `numalign` command line (judge, compare, inspect, dump, pack) on the core.
+// main.cpp: the `numalign` command line (judge, compare, inspect, names, dump, pack) on the core.
 #include <signal.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
@@ -19,6 +19,7 @@
 #include "numalign/judge.hpp"
 #include "numalign/map.hpp"
 #include "numalign/metrics.hpp"
+#include "numalign/names.hpp"
 #include "numalign/options.hpp"
 #include "numalign/sensitivity.hpp"
 #include "numalign/text.hpp"
@@ -466,6 +467,11 @@ int main(int argc, char** argv) {
       app.add_subcommand("inspect", "list tensors, dtypes, shapes, sizes, metadata, stats");
   inspect_cmd->add_option("file", inspect_path, "trace, shard directory or index.json")->required();
 
+  std::string names_path;
+  auto* names_cmd = app.add_subcommand(
+      "names", "a trace's names grouped by module, in execution order: where a map starts");
+  names_cmd->add_option("file", names_path, "trace, shard directory or index.json")->required();
+
   std::string dump_path, dump_tensor;
   std::uint64_t dump_limit = 100;
   auto* dump_cmd =
@@ -522,6 +528,10 @@ int main(int argc, char** argv) {
       return run_judge(resolve_options(args), a, b, "", args, 0, out);
     }
     if (*inspect_cmd) return inspect(inspect_path);
+    if (*names_cmd) {
+      std::fputs(render_names(Trace::open(names_path)).c_str(), stdout);
+      return kAligned;
+    }
     if (*dump_cmd) return dump(dump_path, dump_tensor, dump_limit, dump_at);
     if (*pack_cmd) return pack(pack_in, pack_out);
   } catch (const Error& e) {

@@ -5,8 +5,8 @@ reference's own error over the tensor and at its worst element, and no bias wher
 reference has none), not hand-picked; ``rules="same"`` gives PyTorch ``same()``'s verdict.
 """
 from ._core import NumalignError, __version__
-from .api import Ranks, assert_aligned, judge, sensitivity
+from .api import Ranks, assert_aligned, judge, names, sensitivity
 from .report import Report
 from .trace import Trace
 
-__all__ = ["judge", "assert_aligned", "sensitivity", "Report", "Trace", "Ranks", "NumalignError", "__version__"]
+__all__ = ["judge", "assert_aligned", "sensitivity", "names", "Report", "Trace", "Ranks", "NumalignError", "__version__"]

@@ -175,6 +175,11 @@ class Trace:
 
     def entries(self) -> list: ...
 
+def render_names(trace: Trace) -> str:
+    """
+    The trace's names grouped by module, in execution order (numalign names).
+    """
+
 def judge(test: Trace, ref: Trace, truth: Trace | None, options: JudgeOptions) -> Report: ...
 
 def judge_ranks(test_ranks: list, ref: Trace, truth: Trace | None, options: JudgeOptions) -> Report: ...

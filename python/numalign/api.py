@@ -163,6 +163,13 @@ def _files_read(*runs) -> list:
     return files
 
 
+def names(run) -> str:
+    """The run's tensor names grouped by module, in execution order, with each one's kind,
+    dtype and shape, as ``numalign names`` prints them: what to read before writing a map
+    between two implementations. ``run``: a path, Trace, or tensors."""
+    return _core.render_names(as_core_trace(run))
+
+
 def assert_aligned(test, ref, truth=None, **options) -> Report:
     """judge(), raising AssertionError with the report (failures first) when not aligned."""
     report = judge(test, ref, truth, **options)

@@ -19,6 +19,7 @@
 #include "numalign/fingerprint.hpp"
 #include "numalign/judge.hpp"
 #include "numalign/map.hpp"
+#include "numalign/names.hpp"
 #include "numalign/options.hpp"
 #include "numalign/report_transfer.hpp"
 #include "numalign/sensitivity.hpp"
@@ -336,6 +337,10 @@ NB_MODULE(_core, m) {
         }
         return out;
       });
+
+  m.def(
+      "render_names", [](const PyTrace& t) { return render_names(t.trace); }, "trace"_a,
+      "The trace's names grouped by module, in execution order (numalign names).");
 
   // The one judge of every front end: the CLI's `numalign judge` calls the same function.
   m.def(

@@ -403,3 +403,25 @@ def test_isolate_on_two_implementations_refuses_naming_the_modules_test_lacks():
     shared = isolate(fused, hf, x, torch.bfloat16, modules=["lm_head"])
     assert shared.aligned, str(shared)
     assert [r["module"] for r in shared.ranking] == ["lm_head"]
+
+
+def test_names_lists_each_implementation_by_module_as_the_cli_does(tmp_path):
+    """numalign.names and `numalign names` print the same grouping: the port's fused
+    projection is one module with its .out, the reference's three projections three."""
+    import os
+    import subprocess
+
+    import numalign
+
+    fused_f64, hf_f64 = print_names.traces(layers=1)
+    port = numalign.names(fused_f64)
+    assert "\nblocks.0.attention.qkv\n  .in " in port, port
+    reference = numalign.names(hf_f64)
+    for part in "qkv":
+        assert f"\nmodel.layers.0.self_attn.{part}_proj\n  .in " in reference
+    assert "  .in.attention_mask " in reference  # a keyword input, by its name
+    path = tmp_path / "hf.safetensors"
+    hf_f64.save(path)
+    cli = os.environ.get("NUMALIGN_CLI", "build/numalign")
+    printed = subprocess.run([cli, "names", str(path)], capture_output=True, text=True, check=True)
+    assert printed.stdout == numalign.names(path) == reference
