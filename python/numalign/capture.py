@@ -17,16 +17,31 @@ from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
 
 
+def _source_of(module):
+    """The module a ``torch.compile``'d one wraps (an OptimizedModule's ``_orig_mod``), whose
+    names (no ``_orig_mod.`` prefix) its tensors are recorded under; the module itself
+    otherwise."""
+    return getattr(module, "_orig_mod", module) if _is_compiled(module) else module
+
+
+def _is_compiled(module) -> bool:
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
 def _prepare(fn, inputs, dtype, device, float64_truth="keep", truth_of=None):
     """(callable, module copy or None, cast inputs, fingerprints of inputs and parameters); a
-    truth's (``truth_of``) inputs and parameters are its runs' values, widened."""
+    truth's (``truth_of``) inputs and parameters are its runs' values, widened. For a
+    compiled model the module returned is the copy's source (see _source_of): the callable
+    runs the compiled code."""
     inputs_list = _as_args(inputs)
     fingerprints = {f"input.{k}": fingerprint(v) for k, v in flatten(inputs_list).items()
                     if isinstance(v, torch.Tensor)}
     module = None
     if isinstance(fn, torch.nn.Module):
-        fingerprints.update({f"param.{name}": fingerprint(p) for name, p in fn.named_parameters()})
-        module = fn = _module_copy(fn, dtype, device, float64_truth, truth_of)
+        fingerprints.update({f"param.{name}": fingerprint(p)
+                             for name, p in _source_of(fn).named_parameters()})
+        fn = _module_copy(fn, dtype, device, float64_truth, truth_of)
+        module = _source_of(fn)
     return fn, module, _cast(inputs_list, dtype, device, truth_of), fingerprints
 
 
@@ -138,10 +153,22 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     available when the call starts), past which it stops with RecordingBudgetExceeded
     rather than exhaust the machine. A float64 run stays float64 as in ``run_fwd_bwd``
     (``float64_truth``), and computes on its runs' values with ``truth_of``. A returned
-    cache seeds no gradient unless ``caches_seed_backward`` (as in ``run_fwd_bwd``)."""
+    cache seeds no gradient unless ``caches_seed_backward`` (as in ``run_fwd_bwd``).
+    ``modules=[]`` records the model's own inputs, outputs and gradients only; a
+    ``torch.compile``'d model is recorded so (a hook inside it would change what is
+    compiled), under its source's names (no ``_orig_mod.``): judge it against a run of the
+    plain model recorded with ``modules=[]``."""
     truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
+    if _is_compiled(model):
+        if modules:
+            raise ValueError(
+                "trace_model records a torch.compile'd model at its outputs and parameters' "
+                "gradients only: hooks inside it would change what is compiled (graph breaks, "
+                "recompiles). Pass modules=[] for it (and for the run it is judged against), "
+                "and trace the uncompiled model (model._orig_mod) to look inside")
+        modules = []
     call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth,
                                                 truth_of)
     recorder = ModuleRecorder(module, modules, save_to, memory_budget)
@@ -195,6 +222,10 @@ def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
     truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_ops needs a torch.nn.Module, got {type(model).__name__}")
+    if _is_compiled(model):
+        raise ValueError("trace_ops records ops as the model calls them: a torch.compile'd "
+                         "model runs compiled graphs instead; trace the uncompiled model "
+                         "(model._orig_mod)")
     if modules is None or (not isinstance(modules, str) and not list(modules)):
         raise ValueError("trace_ops needs modules=[globs]: the modules to record op by op")
     call, module, args, fingerprints = _prepare(model, inputs, dtype, device, float64_truth,

@@ -138,3 +138,23 @@ def test_a_batchnorm_with_the_wrong_eps_is_named():
     assert d["forward"]["inputs_aligned"] is True
     ranked = isolate(port, ref, images(), torch.bfloat16).ranking
     assert ranked[0]["module"] == "layer2.bn1", ranked[:3]
+
+
+def test_a_compiled_model_is_recorded_under_its_source_names_and_judged_against_the_plain_one():
+    """torch.compile (inductor: its own kernels, other rounding) against the plain model: the
+    compiled run is recorded at its outputs and parameters' gradients, without hooks inside
+    it (they pushed Dynamo to its recompile limit), and named as the source is (every name
+    carried `_orig_mod.` and nothing paired, issue 35, 4)."""
+    compiled = torch.compile(resnet().eval(), backend="inductor")
+    x = images()
+    test = quiet(trace_model, compiled, x, torch.bfloat16)
+    assert "out" in test and "grad.param.layer1.conv1.weight" in test
+    assert not any("_orig_mod" in n for n in test)
+    ref = quiet(trace_model, resnet().eval(), x, torch.bfloat16, modules=[])
+    truth = quiet(trace_model, resnet().eval(), x, torch.float64, truth_of=torch.bfloat16,
+                  modules=[])
+    assert sorted(test) == sorted(ref)
+    report = numalign.judge(test, ref, truth)
+    assert report.aligned and report.warnings == [], str(report)
+    with pytest.raises(ValueError, match="modules=\\[\\] for it"):
+        trace_model(compiled, x, torch.bfloat16, modules=["layer1.*"])
