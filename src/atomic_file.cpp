@@ -268,7 +268,9 @@ AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
   remove_stale_temporaries(dir.string());
   const std::string stem = (dir / kTempPrefix).string() + std::to_string(::getpid()) + ".";
   // No more open than the file it replaces while it is written (commit sets the mode).
-  const mode_t create_mode = existed_ ? (mode_ & 0666) : 0666;
+  // Readable by its owner whatever the target's mode (commit sets that), so that a cleaner
+  // can open it to take its lock once its writer is gone.
+  const mode_t create_mode = existed_ ? ((mode_ & 0666) | S_IRUSR) : 0666;
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
     std::string name = stem + random_hex16();
     fd_ = create_locked_temporary(name, create_mode);
@@ -362,10 +364,12 @@ void AtomicFile::commit() {
     if (::fchmod(fd_, mode_) != 0) fail(target_, errno_text("cannot set the mode"));
   }
   if (::fsync(fd_) != 0) fail(target_, errno_text("cannot flush"));
-  close_fd();
+  // Renamed while still open, so still locked: a cleaner elsewhere cannot take it for stale
+  // between the last write and the rename.
   if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
     fail(target_, errno_text("cannot rename into place"));
   }
+  close_fd();
   done_ = true;
   unregister_temporary(slot_);
   slot_ = -1;

@@ -19,8 +19,8 @@ namespace numalign::detail {
 // (flock) by their writer until renamed. They are removed on abort, on destruction, on SIGINT,
 // SIGTERM, SIGHUP and SIGXFSZ (when the process left those signals at their default), and, for
 // one left by a process that died (SIGKILL), by the next AtomicFile in that folder: one whose
-// lock nobody holds, so that a live writer in another pid namespace or on another machine of
-// a shared folder keeps its own.
+// lock nobody holds, so that a live writer in another pid namespace, or on another NFS client
+// where locks reach the server (not under `nolock` or `local_lock=flock`), keeps its own.
 inline constexpr std::string_view kTempPrefix = ".numalign-tmp.";
 
 class AtomicFile {

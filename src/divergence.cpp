@@ -3,13 +3,22 @@
 #include "numalign/divergence.hpp"
 
 #include <algorithm>
-#include <initializer_list>
 #include <limits>
 #include <unordered_map>
 
 namespace numalign {
 
 namespace {
+
+// The kinds of tensor each direction of execution records.
+constexpr std::string_view kForwardKinds[] = {"input", "output", "op"};
+constexpr std::string_view kBackwardKinds[] = {"grad-output", "grad", "param-grad", "input-grad",
+                                               "op-grad"};
+
+template <std::size_t N>
+bool one_of(std::string_view kind, const std::string_view (&kinds)[N]) {
+  return std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds);
+}
 
 const std::string* tag(const TraceMetadata& meta, const std::string& tensor, const char* key) {
   const auto t = meta.tags.find(tensor);
@@ -46,12 +55,10 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
   // Forward: what modules received and produced (and, recorded op by op, what each op
   // produced); backward: the gradients they received and passed on (and each op's).
   // Everything recorded before the first failure passed.
-  auto first_failing = [&](std::initializer_list<std::string_view> kinds,
-                           bool& any) -> std::optional<DivergencePoint> {
+  auto first_failing = [&](auto is_kind, bool& any) -> std::optional<DivergencePoint> {
     for (const auto& n : ref.order) {
       const std::string* k = tag(ref, n, "kind");
-      if (!k || std::find(kinds.begin(), kinds.end(), *k) == kinds.end() || !seen.count(n))
-        continue;
+      if (!k || !is_kind(*k) || !seen.count(n)) continue;
       any = true;
       if (!failed(n)) continue;
       DivergencePoint p;
@@ -80,11 +87,12 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
   };
   bool any_forward = false, any_backward = false;
   FirstDivergence d;
-  d.forward = first_failing({"input", "output", "op"}, any_forward);
+  d.forward =
+      first_failing([](std::string_view k) { return one_of(k, kForwardKinds); }, any_forward);
   // A parameter's gradient is computed by its module from the gradient it received, as the
   // gradient it passes upstream is: a wrong weight gradient alone makes its module the culprit.
   d.backward =
-      first_failing({"grad-output", "grad", "param-grad", "input-grad", "op-grad"}, any_backward);
+      first_failing([](std::string_view k) { return one_of(k, kBackwardKinds); }, any_backward);
   if (!any_forward && !any_backward) return std::nullopt;
   return d;
 }
@@ -101,6 +109,18 @@ double ranking_severity(const TensorResult& r) {
 }
 
 }  // namespace
+
+std::pair<std::size_t, std::size_t> unjudged_by_direction(const Report& report) {
+  std::size_t forward = 0, backward = 0;
+  for (const auto& r : report.tensors) {
+    if (was_judged(r)) continue;
+    const auto kind = r.tags.find("kind");
+    if (kind == r.tags.end()) continue;
+    forward += one_of(kind->second, kForwardKinds);
+    backward += one_of(kind->second, kBackwardKinds);
+  }
+  return {forward, backward};
+}
 
 bool module_inside(std::string_view inner, std::string_view outer) {
   if (inner == outer) return false;

@@ -547,7 +547,7 @@ std::string nothing_judged(const Trace& ref, const std::vector<TensorTriple>& tr
   if (ref.entries().empty()) return "nothing was judged: ref holds no tensors";
   const std::string map = options.map ? options.map->origin : "";
   if (options.only.empty()) {  // only a map leaves out tensors of ref without --only
-    return "nothing was judged: " + map + " ignores every tensor of ref";
+    return "nothing was judged: " + map + " ignores or leaves out every tensor of ref";
   }
   return "nothing was judged: no tensor of ref matches only / --only (" +
          detail::joined(options.only, ", ") + ")" +

@@ -23,12 +23,6 @@ bool was_judged(const TensorResult& r) {
          !(r.verdict == VerdictKind::kFail && r.reason == kMissingFromTest);
 }
 
-std::size_t count_unjudged(const Report& report) {
-  return static_cast<std::size_t>(
-      std::count_if(report.tensors.begin(), report.tensors.end(),
-                    [](const TensorResult& r) { return !was_judged(r); }));
-}
-
 std::size_t Report::count(VerdictKind k) const {
   return static_cast<std::size_t>(std::count_if(
       tensors.begin(), tensors.end(), [k](const TensorResult& r) { return r.verdict == k; }));
@@ -274,9 +268,10 @@ std::string divergence_line(const char* direction, const std::optional<Divergenc
 
 }  // namespace
 
-std::string divergence_text(const FirstDivergence& d, std::size_t unjudged) {
-  std::string text = divergence_line("forward", d.forward, unjudged) +
-                     divergence_line("backward", d.backward, unjudged);
+std::string divergence_text(const FirstDivergence& d, std::size_t unjudged_forward,
+                            std::size_t unjudged_backward) {
+  std::string text = divergence_line("forward", d.forward, unjudged_forward) +
+                     divergence_line("backward", d.backward, unjudged_backward);
   // Backward computes from the forward pass's saved tensors: a module whose own inputs pass
   // backward may still be handed wrong saved activations by a forward culprit.
   if (d.forward && d.forward->inputs_aligned == true && d.backward) {
@@ -300,9 +295,11 @@ std::string ranking_text(const Report& report) {
     std::string why = printable(m.tensor);
     if (m.ratio) {
       out += "  ratio " + opt_number(m.ratio) + " / limit " + opt_number(m.limit);
-    } else if (const auto t =
-                   std::find_if(report.tensors.begin(), report.tensors.end(),
-                                [&](const TensorResult& r) { return r.name == m.tensor; });
+    } else if (m.aligned) {
+      // a pass without a ratio: nothing to say
+    } else if (const auto t =  // a failure without a ratio: rare, so looked up here
+               std::find_if(report.tensors.begin(), report.tensors.end(),
+                            [&](const TensorResult& r) { return r.name == m.tensor; });
                t != report.tensors.end() && t->verdict != VerdictKind::kPass) {
       why += ": " + printable(t->reason);
     }
@@ -339,7 +336,8 @@ std::string render_text(const Report& report, bool verbose) {
   if (!report.settings.empty()) out += "  settings: " + printable(report.settings) + "\n";
   out += "\n";
   if (report.first_divergence) {
-    out += divergence_text(*report.first_divergence, count_unjudged(report)) + "\n";
+    const auto [forward, backward] = unjudged_by_direction(report);
+    out += divergence_text(*report.first_divergence, forward, backward) + "\n";
   }
   constexpr std::size_t kName = 38;
   out += "verdict  " + fit("tensor", kName) + " " + fit("rule", 9) + pad_left("ratio", 10) +

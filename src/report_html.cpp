@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "format.hpp"
+#include "numalign/divergence.hpp"
 #include "numalign/report.hpp"
 
 namespace numalign {
@@ -764,8 +765,9 @@ std::string render_html(const Report& report) {
     s += "</ul>\n";
   }
   if (report.first_divergence) {
+    const auto [forward, backward] = unjudged_by_direction(report);
     s += "<h2>First divergence</h2>\n<div class=\"divergence\" id=\"first-divergence\">" +
-         escape(divergence_text(*report.first_divergence, count_unjudged(report))) + "</div>\n";
+         escape(divergence_text(*report.first_divergence, forward, backward)) + "</div>\n";
   }
   if (!report.warnings.empty()) {
     // A model's warnings can run to hundreds: past the first few, folded.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string_view>
+#include <utility>
 
 #include "numalign/report.hpp"
 #include "numalign/trace.hpp"
@@ -26,6 +27,10 @@ std::optional<FirstDivergence> find_first_divergence(const TraceMetadata& ref,
 // holding a failing module ranks after every module that holds none, whatever its ratio (a
 // parent runs its children, so their bug is its failure too).
 std::vector<ModuleRank> rank_modules(const Report& report);
+
+// How many tensors of the report were not judged (was_judged), forward and backward (by the
+// "kind" tag the first divergence reads).
+std::pair<std::size_t, std::size_t> unjudged_by_direction(const Report& report);
 
 // Whether module path `inner` lies inside `outer` ("a.b.c" in "a.b"; every module in "", the
 // model itself).

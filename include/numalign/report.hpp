@@ -41,8 +41,6 @@ inline constexpr std::string_view kMissingFromTest = "missing from test";
 // Whether the runs' values were compared (or found to be of another dtype or shape): false
 // for a tensor that could not be judged and for one missing from test, which fail unseen.
 bool was_judged(const TensorResult& r);
-struct Report;
-std::size_t count_unjudged(const Report& report);
 
 // Where a run first goes wrong, in one direction of execution (forward or backward).
 struct DivergencePoint {
@@ -114,9 +112,11 @@ const char* verdict_word(VerdictKind k);
 std::string render_text(const Report& report, bool verbose = false);
 // Two lines, forward and backward: the first failing tensor, its module, and whether its
 // inputs passed (the module is the culprit) or not (it inherited the error).
-// `unjudged`: how many of the report's tensors were not judged (was_judged): a direction where
-// nothing was judged to fail then says so, rather than "every tensor passes".
-std::string divergence_text(const FirstDivergence& d, std::size_t unjudged = 0);
+// `unjudged_forward`, `unjudged_backward`: how many tensors of each direction were not judged
+// (was_judged; divergence.hpp counts them): a direction where nothing was judged to fail then
+// says so, rather than "every tensor passes".
+std::string divergence_text(const FirstDivergence& d, std::size_t unjudged_forward = 0,
+                            std::size_t unjudged_backward = 0);
 // The verdict line that ends the text report: "ALIGNED: 3 of 3 tensors pass".
 std::string render_summary(const Report& report);
 std::string render_json(const Report& report);

@@ -191,6 +191,10 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     for m in (model_test, model_ref):
         if not isinstance(m, torch.nn.Module):
             raise TypeError(f"isolate needs torch.nn.Module models, got {type(m).__name__}")
+        if type(m).__name__ == "OptimizedModule" and hasattr(m, "_orig_mod"):
+            raise ValueError("isolate reruns each module on its own, which a torch.compile'd "
+                             "model does not do (it runs compiled graphs): pass the uncompiled "
+                             "model (model._orig_mod)")
     past = [n for n, v in (inputs.items() if isinstance(inputs, dict) else enumerate(_as_args(inputs)))
             if is_hf_cache(v)]
     if past:

@@ -49,8 +49,11 @@ struct nanobind::detail::type_caster<FsPath> {
   bool from_python(handle src, std::uint32_t, cleanup_list*) noexcept {
     PyObject* encoded = nullptr;
     if (!PyUnicode_FSConverter(src.ptr(), &encoded)) {
-      PyErr_Clear();  // not a path, or one with a NUL: the core's check_path names the latter
-      return from_path_with_nul(src);
+      // A NUL (ValueError) is kept for the core's check_path to name; anything else is not a
+      // path, and the binding's type check says what it expected.
+      const bool nul = PyErr_ExceptionMatches(PyExc_ValueError);
+      PyErr_Clear();
+      return nul && from_path_with_nul(src);
     }
     value.bytes.assign(PyBytes_AS_STRING(encoded),
                        static_cast<std::size_t>(PyBytes_GET_SIZE(encoded)));
@@ -309,14 +312,15 @@ NB_MODULE(_core, m) {
             const TraceEntry* e = t.trace.find(name);
             if (!e) throw nb::key_error(name.c_str());
             const std::size_t n = e->view.nbytes();
-            auto* data = new std::uint8_t[n > 0 ? n : 1];
-            nb::capsule owner(data,
+            std::unique_ptr<std::uint8_t[]> data(new std::uint8_t[n > 0 ? n : 1]);  // not zeroed
+            nb::capsule owner(data.get(),
                               [](void* p) noexcept { delete[] static_cast<std::uint8_t*>(p); });
+            std::uint8_t* bytes = data.release();  // the capsule owns it now
             {
               nb::gil_scoped_release release;
-              Trace::copy_data(*e, reinterpret_cast<std::byte*>(data));
+              Trace::copy_data(*e, reinterpret_cast<std::byte*>(bytes));
             }
-            return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(data, {n}, owner);
+            return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(bytes, {n}, owner);
           },
           "name"_a,
           "A copy of the tensor's bytes: a file that shrank since it was opened raises, naming it.")

@@ -180,6 +180,24 @@ TEST(AtomicFileTest, TheTemporaryIsNoMoreOpenThanTheFileItReplaces) {
   EXPECT_EQ(read_all(kept), "secret");
 }
 
+// A write-only target's temporary is still readable by its owner: a cleaner opens it to take
+// its lock once its writer is gone, or a SIGKILL'd writer's temporary would stay for ever.
+TEST(AtomicFileTest, AWriteOnlyTargetsTemporaryIsReadableByItsOwner) {
+  TempDir dir;
+  const std::string target = dir.file("write-only.txt");
+  std::ofstream(target) << "old";
+  ASSERT_EQ(::chmod(target.c_str(), 0200), 0);
+  AtomicFile f(target);
+  std::string tmp;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    if (e.path().string() != target) tmp = e.path().string();
+  }
+  EXPECT_EQ(mode_of(tmp), 0600u);
+  f.write("new");
+  f.commit();
+  EXPECT_EQ(mode_of(target), 0200u);
+}
+
 TEST(AtomicFileTest, ASymlinkIsResolvedAndItsTargetReplaced) {
   TempDir dir;
   fs::create_directory(dir.file("real"));

@@ -158,3 +158,5 @@ def test_a_compiled_model_is_recorded_under_its_source_names_and_judged_against_
     assert report.aligned and report.warnings == [], str(report)
     with pytest.raises(ValueError, match="modules=\\[\\] for it"):
         trace_model(compiled, x, torch.bfloat16, modules=["layer1.*"])
+    with pytest.raises(ValueError, match="pass the uncompiled model"):
+        isolate(compiled, resnet().eval(), x, torch.bfloat16)
