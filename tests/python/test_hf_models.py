@@ -4,7 +4,6 @@ every module's gradients recorded, planted bugs named by the first divergence an
 isolation, and nothing printed by our hooks."""
 import copy
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -16,17 +15,9 @@ from numalign.capture import isolate, run_fwd_bwd, trace_model
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples" / "hf"))
+from no_warnings import quiet  # noqa: E402
 from hf_models import (bert, inputs, llama, minilm, plant_backward_bug,  # noqa: E402
                        plant_forward_bug, plant_weight_gradient_bug)
-
-
-def quiet(fn, *args, **kwargs):
-    """fn's result; fails on any warning raised while it runs."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = fn(*args, **kwargs)
-    assert [str(w.message) for w in caught] == []
-    return result
 
 
 def runs(test_model, ref_model, **kwargs):

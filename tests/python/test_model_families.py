@@ -1,13 +1,12 @@
 """test_model_families.py: model families as users build and call them, from small configs:
 a clean port is ALIGNED with no warnings, a planted bug is named where it was planted
 (issue 35). Hugging Face decoders and encoders are in test_hf_models.py."""
-import warnings
-
 import pytest
 import torch
 
 import numalign
 from numalign.capture import isolate, trace_model
+from no_warnings import quiet
 
 
 class BasicBlock(torch.nn.Module):
@@ -76,15 +75,6 @@ def im2col_port(model):
 
 def images():
     return torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1))
-
-
-def quiet(fn, *args, **kwargs):
-    """fn's result; fails on any warning raised while it runs."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = fn(*args, **kwargs)
-    assert [str(w.message) for w in caught] == []
-    return result
 
 
 def judge_runs(test_model, ref_model, x, dtype=torch.bfloat16):
