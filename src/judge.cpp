@@ -392,11 +392,13 @@ void refuse_different_backward_starts(const TraceMetadata* mt, const TraceMetada
 // float32 are not warned about: their models and inputs are float32 almost always, so rounding
 // to float32 changes nothing (float64 inputs handed to a float32 run are the exception), and the
 // upstream gradient is on a grid every dtype holds.
+// A run under autocast ("float32+autocast(bfloat16)") holds its values in the dtype before the
+// "+": that is what its truth rounds to.
 void warn_truth_on_other_values(const TraceMetadata& truth, const TraceMetadata& ref,
                                 Report& report) {
-  if (truth.upstream_gradient.empty() || truth.dtype_recipe != "float64" ||
-      ref.dtype_recipe.empty() || ref.dtype_recipe == "float64" || ref.dtype_recipe == "float32" ||
-      truth.truth_of == ref.dtype_recipe)
+  const std::string held = ref.dtype_recipe.substr(0, ref.dtype_recipe.find('+'));
+  if (truth.upstream_gradient.empty() || truth.dtype_recipe != "float64" || held.empty() ||
+      held == "float64" || held == "float32" || truth.truth_of == held)
     return;
   report.warnings.push_back(
       truth.truth_of.empty()

@@ -168,13 +168,36 @@ def upstream_recipe(caches_seeded: bool) -> str:
     return UPSTREAM_GRADIENT + ("; a cache's tensors seed it too" if caches_seeded else "")
 
 
-def _forward_backward(call, args, seed, values_of=None, caches_seed_backward=False):
+def check_autocast(dtype, autocast):
+    """``autocast``: the dtype ``torch.autocast`` computes in, for a run whose parameters and
+    inputs are held in ``dtype``; a float64 truth runs without it."""
+    if autocast is None:
+        return
+    if not (isinstance(autocast, torch.dtype) and autocast.is_floating_point):
+        raise ValueError(f"autocast must be a floating dtype (torch.bfloat16, ...), got "
+                         f"{autocast!r}")
+    if dtype == torch.float64:
+        raise ValueError("autocast is for the runs judged, not for their float64 truth: capture "
+                         "the truth without it, with truth_of=the dtype the runs hold")
+
+
+def recipe_name(dtype, autocast=None) -> str:
+    """The metadata's ``dtype_recipe``: "bfloat16", or "float32+autocast(bfloat16)"."""
+    return dtype_name(dtype) + (f"+autocast({dtype_name(autocast)})" if autocast else "")
+
+
+def _forward_backward(call, args, seed, values_of=None, caches_seed_backward=False,
+                      autocast=None, device="cpu"):
     """Runs forward, then backward with fixed upstream gradients (a truth's, ``values_of``, as
     its runs hold them) on every floating output, except, unless ``caches_seed_backward``,
     the tensors of a Hugging Face cache the model returns: state kept for the next tokens,
     which a port without a cache does not have and no loss reads. Returns ({out name:
-    tensor}, whether a cache's tensors seeded backward)."""
-    result = call(**args) if isinstance(args, dict) else call(*args)
+    tensor}, whether a cache's tensors seeded backward). With ``autocast``, the forward pass
+    runs under ``torch.autocast`` in that dtype (backward follows the dtypes it chose)."""
+    forward = (torch.autocast(device_type=torch.device(device).type, dtype=autocast)
+               if autocast is not None else contextlib.nullcontext())
+    with forward:
+        result = call(**args) if isinstance(args, dict) else call(*args)
 
     def named(k):
         return f"out.{k}" if k != "output" else "out"

@@ -10,8 +10,9 @@ import torch
 from . import _precision
 from ._module_hooks import ModuleRecorder, RecordingBudgetExceeded  # noqa: F401 (raised here)
 from ._op_hooks import OpRecorder
-from ._runs import (_as_args, _cast, _forward_backward, _module_copy, check_truth_of,
-                    dtype_name, tf32_off, upstream_recipe, watch_randomness)
+from ._runs import (_as_args, _cast, _forward_backward, _module_copy, check_autocast,
+                    check_truth_of, dtype_name, recipe_name, tf32_off, upstream_recipe,
+                    watch_randomness)
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
@@ -67,9 +68,10 @@ def _end_grads(args, module):
 
 
 def _metadata(dtype, device, seed, fingerprints, order, tags, random, inputs=None,
-              not_recorded=None, precision=None, truth_of=None, caches_seeded=False):
+              not_recorded=None, precision=None, truth_of=None, caches_seeded=False,
+              autocast=None):
     meta = {
-        "dtype_recipe": dtype_name(dtype),
+        "dtype_recipe": recipe_name(dtype, autocast),
         "device": str(device),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
         "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
@@ -101,7 +103,7 @@ def _kind_of(name):
 
 def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
                 float64_truth: str = "keep", truth_of=None,
-                caches_seed_backward: bool = False) -> Trace:
+                caches_seed_backward: bool = False, autocast=None) -> Trace:
     """Runs ``fn(*inputs)`` (or ``fn(**inputs)`` for a dict) in ``dtype`` on ``device``, then
     backward with fixed upstream gradients; returns a Trace of ``out.*``, ``grad.input.*`` and
     ``grad.param.*`` in execution order. ``fn`` (a module is deep-copied) is left untouched;
@@ -118,14 +120,18 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
     run in ``truth_of`` itself may be given it too (it changes nothing there).
     Every floating output seeds backward except the tensors of a Hugging Face cache the
     model returns (state for the next tokens, which a port without a cache lacks and no loss
-    reads): ``caches_seed_backward=True`` seeds them too. Either way they are recorded."""
+    reads): ``caches_seed_backward=True`` seeds them too. Either way they are recorded.
+    ``autocast`` (e.g. ``torch.bfloat16``): the forward pass runs under ``torch.autocast`` in
+    that dtype, parameters and inputs held in ``dtype`` (``torch.float32``), recorded as the
+    recipe "float32+autocast(bfloat16)"; its truth is a float64 run with ``truth_of=dtype``."""
     truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
+    check_autocast(dtype, autocast)
     call, module, args, fingerprints = _prepare(fn, inputs, dtype, device, float64_truth,
                                                 truth_of)
     with tf32_off():
         with watch_randomness(module) as random, _truth_watch(module, dtype, float64_truth) as precision:
             outputs, caches_seeded = _forward_backward(call, args, seed, truth_of,
-                                                       caches_seed_backward)
+                                                       caches_seed_backward, autocast, device)
         tensors = {n: o.detach() for n, o in outputs.items()}
         tensors.update(_end_grads(args, module))
         # Everything here is computed from the run's own inputs (the same in every run, as
@@ -133,13 +139,13 @@ def run_fwd_bwd(fn, inputs, dtype, *, seed: int = 0, device="cpu",
         metadata = _metadata(dtype, device, seed, fingerprints, list(tensors),
                              {n: {"kind": _kind_of(n)} for n in tensors}, random,
                              {n: [] for n in tensors}, precision=precision, truth_of=truth_of,
-                             caches_seeded=caches_seeded)
+                             caches_seeded=caches_seeded, autocast=autocast)
     return Trace(tensors, metadata=metadata)
 
 
 def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=None,
                 device="cpu", float64_truth: str = "keep", memory_budget=None,
-                truth_of=None, caches_seed_backward: bool = False) -> Trace:
+                truth_of=None, caches_seed_backward: bool = False, autocast=None) -> Trace:
     """Runs ``model`` forward and backward like ``run_fwd_bwd`` and records every selected
     submodule on the way: its inputs (``PATH.in``), outputs (``PATH.out``), the gradients it
     passes upstream (``PATH.grad``) and those it received (``PATH.grad_out``); a module
@@ -157,8 +163,9 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     ``modules=[]`` records the model's own inputs, outputs and gradients only; a
     ``torch.compile``'d model is recorded so (a hook inside it would change what is
     compiled), under its source's names (no ``_orig_mod.``): judge it against a run of the
-    plain model recorded with ``modules=[]``."""
+    plain model recorded with ``modules=[]``. ``autocast`` as in ``run_fwd_bwd``."""
     truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
+    check_autocast(dtype, autocast)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
     if _is_compiled(model):
@@ -173,11 +180,12 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
                                                 truth_of)
     recorder = ModuleRecorder(module, modules, save_to, memory_budget)
     return _record_run(recorder, contextlib.nullcontext(), call, module, args, fingerprints,
-                       dtype, device, seed, float64_truth, truth_of, caches_seed_backward)
+                       dtype, device, seed, float64_truth, truth_of, caches_seed_backward,
+                       autocast)
 
 
 def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, seed,
-                float64_truth, truth_of, caches_seed_backward=False) -> Trace:
+                float64_truth, truth_of, caches_seed_backward=False, autocast=None) -> Trace:
     """Runs forward and backward with ``recorder``'s hooks (and ``ops``, entered inside the
     truth's watch, so that it sees each op as the model called it) and returns the trace."""
     try:
@@ -185,7 +193,7 @@ def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, 
             with watch_randomness(module) as random, \
                     _truth_watch(module, dtype, float64_truth) as precision, ops:
                 outputs, caches_seeded = _forward_backward(call, args, seed, truth_of,
-                                                           caches_seed_backward)
+                                                           caches_seed_backward, autocast, device)
             # The model's own results and input gradients: computed by its code (outside
             # every submodule) from the run's inputs, the same in every run.
             for n, o in outputs.items():
@@ -197,7 +205,7 @@ def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, 
             recorder.record_param_grads({n: g for n, g in grads.items() if n.startswith("grad.param.")})
             metadata = _metadata(dtype, device, seed, fingerprints, recorder.order, recorder.tags,
                                  random, recorder.inputs, recorder.skipped, precision, truth_of,
-                                 caches_seeded)
+                                 caches_seeded, autocast)
     except BaseException:
         recorder.abort()
         raise
@@ -206,7 +214,7 @@ def _record_run(recorder, ops, call, module, args, fingerprints, dtype, device, 
 
 def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
               float64_truth: str = "keep", save_to=None, memory_budget=None,
-              truth_of=None, caches_seed_backward: bool = False) -> Trace:
+              truth_of=None, caches_seed_backward: bool = False, autocast=None) -> Trace:
     """Records what ``trace_model(..., modules=modules)`` records and, inside the selected
     modules, every ATen op's floating outputs, forward (``MODULE/aten.OP#k``, k its place
     in that module call's op sequence) and backward (``MODULE/grad/aten.OP#k``), each
@@ -234,5 +242,6 @@ def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
     if not recorder.selected:
         recorder.abort()
         raise ValueError(f"trace_ops: no submodule of the model matches modules={modules!r}")
+    check_autocast(dtype, autocast)
     return _record_run(recorder, recorder.ops(), call, module, args, fingerprints, dtype,
-                       device, seed, float64_truth, truth_of, caches_seed_backward)
+                       device, seed, float64_truth, truth_of, caches_seed_backward, autocast)

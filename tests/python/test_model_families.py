@@ -150,3 +150,26 @@ def test_a_compiled_model_is_recorded_under_its_source_names_and_judged_against_
         trace_model(compiled, x, torch.bfloat16, modules=["layer1.*"])
     with pytest.raises(ValueError, match="pass the uncompiled model"):
         isolate(compiled, resnet().eval(), x, torch.bfloat16)
+
+
+def test_a_model_under_autocast_is_recorded_with_its_compute_dtype():
+    """trace_model(..., autocast=torch.bfloat16): float32 parameters and inputs, the forward
+    pass under torch.autocast, recorded as "float32+autocast(bfloat16)" (it was recorded as
+    plain float32, issue 35, 9); its truth rounds to what the runs hold (float32)."""
+    x = images()
+    port = im2col_port(resnet().eval())
+    runs = [quiet(trace_model, port, x, torch.float32, autocast=torch.bfloat16),
+            quiet(trace_model, resnet().eval(), x, torch.float32, autocast=torch.bfloat16),
+            quiet(trace_model, resnet().eval(), x, torch.float64, truth_of=torch.float32)]
+    assert runs[0].metadata["dtype_recipe"] == "float32+autocast(bfloat16)"
+    assert runs[0]["stem.out"].dtype == torch.bfloat16  # a convolution computes in bf16
+    assert runs[0]["grad.param.stem.weight"].dtype == torch.float32  # parameters stay float32
+    report = numalign.judge(*runs)
+    assert report.aligned and report.warnings == [], str(report)
+    broken = im2col_port(resnet().eval())
+    broken.layer2.bn1.eps = 1e-2
+    wrong = numalign.judge(trace_model(broken, x, torch.float32, autocast=torch.bfloat16),
+                           *runs[1:])
+    assert wrong.first_divergence["forward"]["module"] == "layer2.bn1", str(wrong)
+    with pytest.raises(ValueError, match="not for their float64 truth"):
+        trace_model(resnet(), x, torch.float64, autocast=torch.bfloat16)
