@@ -11,8 +11,8 @@ import torch
 
 from ._module_hooks import _call_values, _tensors_of, watch_gradients
 from . import _precision
-from ._runs import (_as_args, _cast, _forward_backward, _held_as, _module_copy, dtype_name,
-                    selected_modules, tf32_off, watch_randomness)
+from ._runs import (_as_args, _cast, _forward_backward, _held_as, _module_copy, check_autocast,
+                    dtype_name, recipe_name, selected_modules, tf32_off, watch_randomness)
 from ._tensors import is_hf_cache
 from .api import _judge
 from .report import Report
@@ -62,7 +62,7 @@ class _Calls:
         return handles
 
 
-def _run_isolated(model, calls, dtype, device, mode, values_of=None):
+def _run_isolated(model, calls, dtype, device, mode, values_of=None, autocast=None):
     """Runs each recorded call on a copy of ``model`` in ``dtype``: {name: tensor}, tags, for
     float64 the truth's precision record (see _precision.py), and the randomness it used. The
     truth's (``values_of``: its runs' dtype) computes on its runs' values, widened."""
@@ -71,11 +71,11 @@ def _run_isolated(model, calls, dtype, device, mode, values_of=None):
              else contextlib.nullcontext())
     called = sorted({path for path, *_ in calls.calls})
     with watch_randomness(copied, within=called) as used, watch as precision:
-        tensors, tags = _run_calls(copied, calls, dtype, device, values_of)
+        tensors, tags = _run_calls(copied, calls, dtype, device, values_of, autocast)
     return tensors, tags, precision, used
 
 
-def _run_calls(copied, calls, dtype, device, values_of=None):
+def _run_calls(copied, calls, dtype, device, values_of=None, autocast=None):
     by_path = dict(copied.named_modules())
     tensors, tags = {}, {}
 
@@ -90,7 +90,7 @@ def _run_calls(copied, calls, dtype, device, values_of=None):
         base = path if k == 0 else f"{path}#{k}"
         try:
             _run_call(module, a, kw, calls.grad_out.get((path, k), {}), base, path, keep,
-                      values_of)
+                      values_of, autocast, device)
         except Exception as e:
             raise RuntimeError(
                 f"isolate could not run {base!r} ({type(module).__name__}) on its own in "
@@ -99,11 +99,15 @@ def _run_calls(copied, calls, dtype, device, values_of=None):
     return tensors, tags
 
 
-def _run_call(module, a, kw, grads, base, path, keep, values_of=None):
+def _run_call(module, a, kw, grads, base, path, keep, values_of=None, autocast=None,
+              device="cpu"):
     """One call on its own: forward, then backward from the gradients its outputs received
     in the truth run ({output suffix: gradient}; a truth's as its runs hold them), keeping what
     it computed."""
-    out = module(*a, **kw)
+    forward = (torch.autocast(device_type=torch.device(device).type, dtype=autocast)
+               if autocast is not None else contextlib.nullcontext())
+    with forward:
+        out = module(*a, **kw)
     outs = _tensors_of(out, {})
     for suffix, t in outs.items():
         keep(f"{base}.out{suffix}", t, path, "output")
@@ -138,15 +142,15 @@ def _record_calls(model, inputs, globs, device, mode, seed, values_of=None):
     return calls
 
 
-def _isolated_trace(model, calls, dtype, device, mode, values_of=None):
+def _isolated_trace(model, calls, dtype, device, mode, values_of=None, autocast=None):
     """The trace of one role: every recorded call of ``model`` rerun on its own in ``dtype``
     (the truth's on the values of its ``values_of`` runs)."""
     with tf32_off():
         tensors, tags, precision, used = _run_isolated(model, calls, dtype, device, mode,
-                                                       values_of)
+                                                       values_of, autocast)
     # A run that drew random numbers computes on draws no other run shares: the judge then
     # cannot judge (fail closed), as for trace_model's runs.
-    metadata = {"dtype_recipe": dtype_name(dtype), "order": list(tensors),
+    metadata = {"dtype_recipe": recipe_name(dtype, autocast), "order": list(tensors),
                 "tags": tags, "random": used}
     if precision:
         metadata["below_float64"] = precision["below_float64"]
@@ -178,7 +182,7 @@ def _check_same_modules(model_test, calls, globs):
 
 
 def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0, device="cpu",
-            float64_truth: str = "keep", **judge_options) -> Report:
+            float64_truth: str = "keep", autocast=None, **judge_options) -> Report:
     """Judges every selected module (globs on module paths; default all) of ``model_test``
     against the same module of ``model_ref``, each run on the float64 truth's inputs to
     that module, forward and backward. The Report's ``ranking`` lists modules by their own
@@ -186,8 +190,11 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     with it. The truth's runs stay float64 as in ``capture.run_fwd_bwd`` (``float64_truth``).
     Modules that draw random numbers as they stand (dropout in training mode) are not
     judged (could not judge) unless ``shared_randomness=REASON`` says why the draws match.
-    ``judge_options`` are those of ``judge()``."""
+    ``autocast``: the runs' forward passes under ``torch.autocast`` in that dtype, their
+    parameters and inputs held in ``dtype`` (as ``trace_model``'s). ``judge_options`` are
+    those of ``judge()``."""
     _precision.check_mode(float64_truth)
+    check_autocast(dtype, autocast)
     for m in (model_test, model_ref):
         if not isinstance(m, torch.nn.Module):
             raise TypeError(f"isolate needs torch.nn.Module models, got {type(m).__name__}")
@@ -205,10 +212,11 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     # The truth sees what the runs see: the inputs, parameters and gradients they hold.
     calls = _record_calls(model_ref, inputs, modules, device, float64_truth, seed, dtype)
     _check_same_modules(model_test, calls, modules)
-    runs = {role: _isolated_trace(model, calls, role_dtype, device, float64_truth, values_of)
-            for role, model, role_dtype, values_of in (
-                ("truth", model_ref, torch.float64, dtype), ("ref", model_ref, dtype, None),
-                ("test", model_test, dtype, None))}
+    runs = {role: _isolated_trace(model, calls, role_dtype, device, float64_truth, values_of, cast)
+            for role, model, role_dtype, values_of, cast in (
+                ("truth", model_ref, torch.float64, dtype, None),
+                ("ref", model_ref, dtype, None, autocast),
+                ("test", model_test, dtype, None, autocast))}
     # No first divergence here, where no module sees another's output: the core ranks the
     # modules by their own worst tensor instead.
     return _judge(runs["test"], runs["ref"], runs["truth"], module_ranking=True, **judge_options)

@@ -171,5 +171,7 @@ def test_a_model_under_autocast_is_recorded_with_its_compute_dtype():
     wrong = numalign.judge(trace_model(broken, x, torch.float32, autocast=torch.bfloat16),
                            *runs[1:])
     assert wrong.first_divergence["forward"]["module"] == "layer2.bn1", str(wrong)
+    isolated = isolate(broken, resnet().eval(), x, torch.float32, autocast=torch.bfloat16)
+    assert isolated.ranking[0]["module"] == "layer2.bn1", isolated.ranking[:3]
     with pytest.raises(ValueError, match="not for their float64 truth"):
         trace_model(resnet(), x, torch.float64, autocast=torch.bfloat16)
