@@ -181,6 +181,18 @@ def check_autocast(dtype, autocast):
                          "the truth without it, with truth_of=the dtype the runs hold")
 
 
+def autocast_context(autocast, device):
+    """``torch.autocast`` in dtype ``autocast`` on ``device``'s type; nothing when None."""
+    if autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=autocast)
+
+
+def is_compiled(module) -> bool:
+    """Whether ``module`` is a ``torch.compile``'d one (an OptimizedModule)."""
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
 def recipe_name(dtype, autocast=None) -> str:
     """The metadata's ``dtype_recipe``: "bfloat16", or "float32+autocast(bfloat16)"."""
     return dtype_name(dtype) + (f"+autocast({dtype_name(autocast)})" if autocast else "")
@@ -194,9 +206,7 @@ def _forward_backward(call, args, seed, values_of=None, caches_seed_backward=Fal
     which a port without a cache does not have and no loss reads. Returns ({out name:
     tensor}, whether a cache's tensors seeded backward). With ``autocast``, the forward pass
     runs under ``torch.autocast`` in that dtype (backward follows the dtypes it chose)."""
-    forward = (torch.autocast(device_type=torch.device(device).type, dtype=autocast)
-               if autocast is not None else contextlib.nullcontext())
-    with forward:
+    with autocast_context(autocast, device):
         result = call(**args) if isinstance(args, dict) else call(*args)
 
     def named(k):

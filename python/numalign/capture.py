@@ -11,8 +11,8 @@ from . import _precision
 from ._module_hooks import ModuleRecorder, RecordingBudgetExceeded  # noqa: F401 (raised here)
 from ._op_hooks import OpRecorder
 from ._runs import (_as_args, _cast, _forward_backward, _module_copy, check_autocast,
-                    check_truth_of, dtype_name, recipe_name, tf32_off, upstream_recipe,
-                    watch_randomness)
+                    check_truth_of, dtype_name, is_compiled, recipe_name, tf32_off,
+                    upstream_recipe, watch_randomness)
 from ._tensors import fingerprint, flatten
 from .isolation import isolate  # noqa: F401  (users find it beside trace_model)
 from .trace import Trace
@@ -22,11 +22,7 @@ def _source_of(module):
     """The module a ``torch.compile``'d one wraps (an OptimizedModule's ``_orig_mod``), whose
     names (no ``_orig_mod.`` prefix) its tensors are recorded under; the module itself
     otherwise."""
-    return getattr(module, "_orig_mod", module) if _is_compiled(module) else module
-
-
-def _is_compiled(module) -> bool:
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+    return getattr(module, "_orig_mod", module) if is_compiled(module) else module
 
 
 def _prepare(fn, inputs, dtype, device, float64_truth="keep", truth_of=None):
@@ -168,7 +164,7 @@ def trace_model(model, inputs, dtype, *, modules=None, seed: int = 0, save_to=No
     check_autocast(dtype, autocast)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_model needs a torch.nn.Module, got {type(model).__name__}")
-    if _is_compiled(model):
+    if is_compiled(model):
         if modules:
             raise ValueError(
                 "trace_model records a torch.compile'd model at its outputs and parameters' "
@@ -230,7 +226,7 @@ def trace_ops(model, inputs, dtype, *, modules, seed: int = 0, device="cpu",
     truth_of = check_truth_of(dtype, truth_of)  # None unless a float64 truth
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"trace_ops needs a torch.nn.Module, got {type(model).__name__}")
-    if _is_compiled(model):
+    if is_compiled(model):
         raise ValueError("trace_ops records ops as the model calls them: a torch.compile'd "
                          "model runs compiled graphs instead; trace the uncompiled model "
                          "(model._orig_mod)")

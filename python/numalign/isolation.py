@@ -11,8 +11,9 @@ import torch
 
 from ._module_hooks import _call_values, _tensors_of, watch_gradients
 from . import _precision
-from ._runs import (_as_args, _cast, _forward_backward, _held_as, _module_copy, check_autocast,
-                    dtype_name, recipe_name, selected_modules, tf32_off, watch_randomness)
+from ._runs import (_as_args, _cast, _forward_backward, _held_as, _module_copy,
+                    autocast_context, check_autocast, dtype_name, is_compiled, recipe_name,
+                    selected_modules, tf32_off, watch_randomness)
 from ._tensors import is_hf_cache
 from .api import _judge
 from .report import Report
@@ -104,9 +105,7 @@ def _run_call(module, a, kw, grads, base, path, keep, values_of=None, autocast=N
     """One call on its own: forward, then backward from the gradients its outputs received
     in the truth run ({output suffix: gradient}; a truth's as its runs hold them), keeping what
     it computed."""
-    forward = (torch.autocast(device_type=torch.device(device).type, dtype=autocast)
-               if autocast is not None else contextlib.nullcontext())
-    with forward:
+    with autocast_context(autocast, device):
         out = module(*a, **kw)
     outs = _tensors_of(out, {})
     for suffix, t in outs.items():
@@ -198,7 +197,7 @@ def isolate(model_test, model_ref, inputs, dtype, *, modules=None, seed: int = 0
     for m in (model_test, model_ref):
         if not isinstance(m, torch.nn.Module):
             raise TypeError(f"isolate needs torch.nn.Module models, got {type(m).__name__}")
-        if type(m).__name__ == "OptimizedModule" and hasattr(m, "_orig_mod"):
+        if is_compiled(m):
             raise ValueError("isolate reruns each module on its own, which a torch.compile'd "
                              "model does not do (it runs compiled graphs): pass the uncompiled "
                              "model (model._orig_mod)")
